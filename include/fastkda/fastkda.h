@@ -108,6 +108,10 @@ struct ForwardParams : KdaInputs {
   int64_t B = 1, T = 0;              // tensors are [B, T, ...]
   const void* cu_seqlens = nullptr;  // [N + 1] optional; requires B == 1; cu[0] = 0, cu[N] = T
   DType cu_seqlens_dtype = DType::kI32;  // i32 or i64
+  // Optional host copy of cu_seqlens (same dtype). On CPU cu_seqlens itself is validated; on CUDA
+  // cu_seqlens is a device array that cannot be read without a host sync, so it is validated
+  // (monotone, cu[0] == 0, cu[N] == T) only when this copy is given.
+  const void* cu_seqlens_host = nullptr;  // [N + 1] optional
   int64_t N = 0;                     // sequences when cu_seqlens is given (ignored otherwise: N = B)
 
   // States, per sequence and value head. Optional each; null initial state means zeros.
@@ -119,6 +123,9 @@ struct ForwardParams : KdaInputs {
   DType initial_state_dtype = DType::kF32;  // f32 or bf16
   DType final_state_dtype = DType::kF32;    // f32 or bf16
   StateLayout state_layout = StateLayout::kVFirst;
+  // On CUDA state_indices is a device array: indices >= num_state_slots are treated like negative
+  // ones (nothing read or written) so a bad index can never touch memory outside the pool; on CPU
+  // they are rejected by validation.
   const int32_t* state_indices = nullptr;   // [N] optional
   int64_t num_state_slots = 0;              // rows of the state buffers when state_indices is set
 
@@ -139,7 +146,8 @@ struct DecodeParams : KdaInputs {
   // with it, the state after token t is written to slot column t (j = t), and the initial state is
   // read from column num_accepted[n] - 1 (column 0 when num_accepted is null).
   // A negative slot in the read column marks a padding row: nothing read or written, out = 0.
-  // A negative slot in a write column skips that write.
+  // A negative slot in a write column skips that write. On CPU slots >= num_slots are rejected by
+  // validation; on CUDA (a device array) they are treated like negative slots.
   const int32_t* slots = nullptr;      // [N, slot_stride]
   int64_t slot_stride = 1;
   bool per_token_states = false;
