@@ -1,0 +1,255 @@
+// The chunked form of DESIGN §2 in fp32 on the CPU (chunk C = 64), mirroring the GPU algorithm.
+//
+// Work item = (sequence n, value head h), run in parallel; per item the fp32 state S [K][V]
+// (K-first internally) walks the chunks of the sequence. Per chunk of L <= C tokens (rows padded
+// with zeros to L16 = 16 * ceil(L / 16); padded rows have k = q = v = beta = 0 and a = 0, so they
+// add exact zeros and leave G unchanged):
+//   G_i   = sum_{s<=i} a_s                  natural-log cumulative decay, accumulated in double
+//   A_ij  = beta_i k_i . (k_j o exp(G_i - G_j))   j < i     (stored negated: Aneg = -A)
+//   Qk_ij = q_i . (k_j o exp(G_i - G_j))          j <= i
+//   [-W | U] = (I + A)^-1 [-diag(beta) (k o exp(G)) | diag(beta) v]   forward substitution
+//   Vn = U - W S;   O = scale ((q o exp(G)) S + Qk Vn)
+//   S <- Diag(exp(G_last)) S + (k o exp(G_last - G))^T Vn
+//
+// Range: no factor exp(+G) is ever formed. Every exponent is <= 0:
+//   * the diagonal 16 x 16 blocks use exact pairwise products exp(G_i - G_j) = prod_{j<s<=i} e_s
+//     of the per-token decays e_s = exp(a_s) <= 1;
+//   * an off-diagonal block (rows in block I, columns j < 16 I) is anchored at r = 16 I - 1, the
+//     last row of block I - 1: exp(G_i - G_j) = exp(G_i - G_r) exp(G_r - G_j), both <= 1, and r
+//     precedes every row of block I, so no row reads a gate from its future (fla issue 1240);
+//   * G is summed in double and differenced before the conversion to float, so a -1000 gate
+//     early in the chunk costs no precision in exp(G_i - G_j) of later tokens.
+// Gates of -1000 (or softplus gates of any size) therefore underflow to exact zeros, never
+// overflow. Subnormals are flushed (FlushDenormals): they carry no information here and are slow.
+//
+// Causality is bitwise: a row's result depends only on rows <= it and on the chunk's start state,
+// and the tile GEMM accumulates every element in a fixed order whatever the tile height.
+#include <cmath>
+#include <vector>
+
+#include "common.h"
+#include "cpu/fast_math.h"
+#include "cpu/parallel.h"
+#include "cpu/tile_gemm.h"
+#include "cpu/token_step.h"
+
+namespace fastkda::cpu {
+
+namespace {
+
+constexpr int kChunk = 64;  // C
+constexpr int kBlock = 16;  // sub-block of the chunk: the unit of the decay anchoring
+
+// exp(hi - lo) for hi <= lo: the difference of two cumulative sums is taken in double.
+inline float exp_diff(double hi, double lo) { return exp_fast(float(hi - lo)); }
+
+// dst[c][r] = src[r][c] for a [rows][K] tile (dst leading dimension ldd).
+inline void transpose(const float* src, int rows, int K, float* dst, int ldd) {
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < K; ++c) dst[c * ldd + r] = src[r * K + c];
+}
+
+// Per-thread working set of one (sequence, value head) item; row-major tiles, sizes for C = 64.
+struct ChunkWork {
+  int K, V;
+  std::vector<float> q, k, v, e, beta;  // [C][K], [C][K], [C][V], [C][K] decay exp(a), [C]
+  std::vector<double> G;                // [C][K] cumulative log-decay inside the chunk
+  std::vector<float> qg;                // [C][K] q o exp(G)
+  std::vector<float> x;                 // [C][K + V]  [-W | U]
+  std::vector<float> aneg, qk;          // [C][C] -A (strictly lower), Qk (lower)
+  std::vector<float> rowk, rowq;        // [16][K] anchored rows of the current block
+  std::vector<float> colk, colkt;       // [48][K] anchored columns; [K][48] transposed
+  std::vector<float> kend, kendt;       // [C][K] k o exp(G_last - G); [K][C] transposed
+  std::vector<float> vn, o;             // [C][V]
+  std::vector<float> S;                 // [K][V] the state, fp32 across chunks
+  std::vector<float> decay_end, g, a;   // [K] exp(G_last); [K] one token's raw gate, log-decay
+  std::vector<float> pair_decay;        // [K] exp(G_i - G_j) of the current diagonal pair
+  std::vector<float> zeros;             // [K] stands in for an absent dt_bias
+
+  ChunkWork(int K_, int V_)
+      : K(K_), V(V_), q(kChunk * K), k(kChunk * K), v(kChunk * V), e(kChunk * K), beta(kChunk),
+        G(kChunk * K), qg(kChunk * K), x(kChunk * (K + V)), aneg(kChunk * kChunk),
+        qk(kChunk * kChunk), rowk(kBlock * K), rowq(kBlock * K), colk((kChunk - kBlock) * K),
+        colkt(K * (kChunk - kBlock)), kend(kChunk * K), kendt(K * kChunk), vn(kChunk * V),
+        o(kChunk * V), S(K * V), decay_end(K), g(K), a(K), pair_decay(K), zeros(K) {}
+
+  void load_rows(const ForwardParams& p, const Strides& s, int h, int64_t t0, int L, int L16);
+  void decay_terms(int L16);
+  void block_scores(int L16);
+  void solve(int L16);
+  void chunk_output(int L16);
+  void update_state(int L16);
+};
+
+// Rows i < L from the caller's tensors, rows L..L16-1 as neutral padding.
+void ChunkWork::load_rows(const ForwardParams& p, const Strides& s, int h, int64_t t0, int L,
+                          int L16) {
+  for (int i = 0; i < L16; ++i) {
+    float* qi = &q[i * K];
+    float* ki = &k[i * K];
+    double* Gi = &G[i * K];
+    if (i < L) {
+      beta[i] = load_token(p, s, t0 + i, h, qi, ki, &v[i * V], g.data());
+      log_decay_fast(p, h, g.data(), zeros.data(), a.data());
+    } else {
+      beta[i] = 0.0f;
+      for (int c = 0; c < K; ++c) qi[c] = ki[c] = a[c] = 0.0f;
+      for (int c = 0; c < V; ++c) v[i * V + c] = 0.0f;
+    }
+    for (int c = 0; c < K; ++c) e[i * K + c] = exp_fast(a[c]);
+    if (i == 0) {
+      for (int c = 0; c < K; ++c) Gi[c] = double(a[c]);
+    } else {
+      const double* Gprev = Gi - K;
+      for (int c = 0; c < K; ++c) Gi[c] = Gprev[c] + double(a[c]);
+    }
+  }
+}
+
+// Cross-chunk factors (all <= 1): q o exp(G), the RHS of W, k o exp(G_last - G), exp(G_last).
+void ChunkWork::decay_terms(int L16) {
+  const double* Glast = &G[(L16 - 1) * K];
+  const int ldx = K + V;
+  for (int i = 0; i < L16; ++i) {
+    const double* Gi = &G[i * K];
+    for (int c = 0; c < K; ++c) {
+      const float eg = exp_fast(float(Gi[c]));
+      qg[i * K + c] = q[i * K + c] * eg;
+      x[i * ldx + c] = -beta[i] * k[i * K + c] * eg;
+      kend[i * K + c] = k[i * K + c] * exp_diff(Glast[c], Gi[c]);
+    }
+    for (int c = 0; c < V; ++c) x[i * ldx + K + c] = beta[i] * v[i * V + c];
+  }
+  transpose(kend.data(), L16, K, kendt.data(), kChunk);
+  for (int c = 0; c < K; ++c) decay_end[c] = exp_fast(float(Glast[c]));
+}
+
+// Aneg = -A and Qk for all rows of the chunk, block row by block row.
+void ChunkWork::block_scores(int L16) {
+  std::fill(aneg.begin(), aneg.end(), 0.0f);
+  std::fill(qk.begin(), qk.end(), 0.0f);
+  for (int b0 = 0; b0 < L16; b0 += kBlock) {
+    // Diagonal block: exact pairwise decays as running products of e_s, s in (j, i].
+    for (int i = b0; i < b0 + kBlock; ++i) {
+      const float* ki = &k[i * K];
+      const float* qi = &q[i * K];
+      qk[i * kChunk + i] = dot(qi, ki, K);
+      float* dij = pair_decay.data();
+      for (int c = 0; c < K; ++c) dij[c] = 1.0f;
+      for (int j = i - 1; j >= b0; --j) {
+        const float* ej = &e[(j + 1) * K];
+        const float* kj = &k[j * K];
+        float sa[8] = {}, sq[8] = {};
+        for (int c = 0; c < K; c += 8)
+          for (int l = 0; l < 8; ++l) {
+            dij[c + l] *= ej[c + l];
+            const float kd = kj[c + l] * dij[c + l];
+            sa[l] += ki[c + l] * kd;
+            sq[l] += qi[c + l] * kd;
+          }
+        const float da = ((sa[0] + sa[4]) + (sa[1] + sa[5])) + ((sa[2] + sa[6]) + (sa[3] + sa[7]));
+        const float dq = ((sq[0] + sq[4]) + (sq[1] + sq[5])) + ((sq[2] + sq[6]) + (sq[3] + sq[7]));
+        aneg[i * kChunk + j] = -beta[i] * da;
+        qk[i * kChunk + j] = dq;
+      }
+    }
+    if (b0 == 0) continue;
+    // Off-diagonal blocks, anchored at r = b0 - 1.
+    const double* Gr = &G[(b0 - 1) * K];
+    for (int ii = 0; ii < kBlock; ++ii) {
+      const int i = b0 + ii;
+      const double* Gi = &G[i * K];
+      for (int c = 0; c < K; ++c) {
+        const float f = exp_diff(Gi[c], Gr[c]);
+        rowk[ii * K + c] = -beta[i] * k[i * K + c] * f;
+        rowq[ii * K + c] = q[i * K + c] * f;
+      }
+    }
+    for (int j = 0; j < b0; ++j) {
+      const double* Gj = &G[j * K];
+      for (int c = 0; c < K; ++c) colk[j * K + c] = k[j * K + c] * exp_diff(Gr[c], Gj[c]);
+    }
+    transpose(colk.data(), b0, K, colkt.data(), b0);
+    gemm_acc(kBlock, b0, K, rowk.data(), K, colkt.data(), b0, &aneg[b0 * kChunk], kChunk);
+    gemm_acc(kBlock, b0, K, rowq.data(), K, colkt.data(), b0, &qk[b0 * kChunk], kChunk);
+  }
+}
+
+// (I + A) X = RHS by blocked forward substitution: X = [-W | U].
+void ChunkWork::solve(int L16) {
+  const int ldx = K + V;
+  for (int b0 = 0; b0 < L16; b0 += kBlock) {
+    if (b0) gemm_acc(kBlock, ldx, b0, &aneg[b0 * kChunk], kChunk, x.data(), ldx, &x[b0 * ldx], ldx);
+    for (int i = b0 + 1; i < b0 + kBlock; ++i) {
+      float* xi = &x[i * ldx];
+      for (int j = b0; j < i; ++j) {
+        const float aij = aneg[i * kChunk + j];
+        const float* xj = &x[j * ldx];
+        for (int c = 0; c < ldx; ++c) xi[c] += aij * xj[c];
+      }
+    }
+  }
+}
+
+// Vn = U - W S and the unscaled output O = (q o exp(G)) S + Qk Vn.
+void ChunkWork::chunk_output(int L16) {
+  const int ldx = K + V;
+  for (int i = 0; i < L16; ++i)
+    for (int c = 0; c < V; ++c) vn[i * V + c] = x[i * ldx + K + c];
+  gemm_acc(L16, V, K, x.data(), ldx, S.data(), V, vn.data(), V);
+  std::fill(o.begin(), o.begin() + L16 * V, 0.0f);
+  gemm_acc(L16, V, K, qg.data(), K, S.data(), V, o.data(), V);
+  for (int b0 = 0; b0 < L16; b0 += kBlock)
+    gemm_acc(kBlock, V, b0 + kBlock, &qk[b0 * kChunk], kChunk, vn.data(), V, &o[b0 * V], V);
+}
+
+// S <- Diag(exp(G_last)) S + (k o exp(G_last - G))^T Vn.
+void ChunkWork::update_state(int L16) {
+  for (int c = 0; c < K; ++c)
+    for (int j = 0; j < V; ++j) S[c * V + j] *= decay_end[c];
+  gemm_acc(K, V, L16, kendt.data(), kChunk, vn.data(), V, S.data(), V);
+}
+
+}  // namespace
+
+void forward_chunked(const ForwardParams& p) {
+  const int K = p.K, V = p.V, HV = p.HV;
+  const Strides s = token_strides(p);
+  const float scale = effective_scale(p);
+  const int64_t N = num_sequences(p);
+  const double cost = double(p.B * p.T + N) / double(N ? N : 1) * 4.0 * K * V;
+
+  parallel_items(N * HV, cost, 4e6, [&] {
+    return [&, w = ChunkWork(K, V)](int64_t item) mutable {
+      FlushDenormals ftz;
+      const int64_t n = item / HV;
+      const int h = int(item % HV);
+      const int64_t slot = p.state_indices ? int64_t(p.state_indices[n]) : n;
+      const int64_t soff = state_matrix_offset(slot, h, HV, K, V);
+      load_state(slot >= 0 ? p.initial_state : nullptr, p.initial_state_dtype, p.state_layout,
+                 soff, K, V, w.S.data(), StateLayout::kKFirst);
+
+      int64_t begin, end;
+      sequence_range(p, n, &begin, &end);
+      for (int64_t t0 = begin; t0 < end; t0 += kChunk) {
+        const int L = int(std::min<int64_t>(kChunk, end - t0));
+        const int L16 = (L + kBlock - 1) / kBlock * kBlock;
+        w.load_rows(p, s, h, t0, L, L16);
+        w.decay_terms(L16);
+        w.block_scores(L16);
+        w.solve(L16);
+        w.chunk_output(L16);
+        w.update_state(L16);
+        for (int i = 0; i < L; ++i) {
+          const int64_t o0 = (t0 + i) * s.out + int64_t(h) * V;
+          for (int c = 0; c < V; ++c) store_float(p.out, p.io_dtype, o0 + c, scale * w.o[i * V + c]);
+        }
+      }
+      if (slot >= 0 && p.final_state)
+        store_state(w.S.data(), StateLayout::kKFirst, p.final_state, p.final_state_dtype,
+                    p.state_layout, soff, K, V);
+    };
+  });
+}
+
+}  // namespace fastkda::cpu

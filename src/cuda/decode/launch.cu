@@ -1,0 +1,172 @@
+// Host side of the decode step: the CUDA-specific preconditions (on top of validate()), DecodeArgs
+// from DecodeParams, one template dispatch (K, state layout, state dtype) and the launch on
+// params.stream. No allocation, no host synchronisation: safe inside CUDA-graph capture.
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "common.h"
+#include "cuda/check.h"
+#include "cuda/decode/config.h"
+#include "cuda/decode/decode_kernel.cuh"
+
+namespace fastkda::cuda {
+
+namespace {
+
+bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
+// Makes device_index current for the launch and restores the caller's device afterwards.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    FASTKDA_CUDA_CHECK(cudaGetDevice(&previous_));
+    if (previous_ != device) FASTKDA_CUDA_CHECK(cudaSetDevice(device));
+    switched_ = previous_ != device;
+  }
+  ~DeviceGuard() {
+    if (switched_) cudaSetDevice(previous_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = 0;
+  bool switched_ = false;
+};
+
+// The vector loads of the kernel need: q, k, g (bf16) 8-byte-aligned rows, g (f32) and dt_bias
+// 16-byte-aligned rows (8 for K = 64), the pool 16-byte (f32) or 8-byte (bf16) aligned.
+void check_cuda_preconditions(const DecodeParams& p, const Strides& s) {
+  FASTKDA_CHECK(p.K == 64 || p.K == 128 || p.K == 256, "K: CUDA decode expects 64, 128 or 256, got ",
+                p.K);
+  FASTKDA_CHECK(p.V == 64 || p.V == 128 || p.V == 256, "V: CUDA decode expects 64, 128 or 256, got ",
+                p.V);
+  FASTKDA_CHECK(p.io_dtype == DType::kBF16, "io_dtype: CUDA decode expects bf16, got ",
+                to_string(p.io_dtype));
+  FASTKDA_CHECK(p.tokens >= 1 && p.tokens <= decode_cuda::kMaxTokens,
+                "tokens: expected 1..8, got ", p.tokens);
+  FASTKDA_CHECK(p.H > 0 && p.HV > 0 && p.HV % p.H == 0, "HV: expected a positive multiple of H = ",
+                p.H, ", got ", p.HV);
+  FASTKDA_CHECK(p.slots != nullptr, "slots: required by CUDA decode");
+  FASTKDA_CHECK(p.slot_stride >= (p.per_token_states ? p.tokens : 1),
+                "slot_stride: expected >= ", (p.per_token_states ? p.tokens : 1), ", got ",
+                p.slot_stride);
+  const size_t kcols = size_t(p.K) / 32;  // contiguous columns one lane loads
+  const size_t bf16_align = kcols >= 4 ? 8 : 2 * kcols;
+  const size_t f32_align = kcols >= 4 ? 16 : 4 * kcols;
+  FASTKDA_CHECK(aligned(p.q, bf16_align) && s.q % int64_t(bf16_align / 2) == 0,
+                "q: CUDA decode expects ", bf16_align, "-byte aligned rows (pointer and q_stride)");
+  FASTKDA_CHECK(aligned(p.k, bf16_align) && s.k % int64_t(bf16_align / 2) == 0,
+                "k: CUDA decode expects ", bf16_align, "-byte aligned rows (pointer and k_stride)");
+  const size_t g_align = p.g_dtype == DType::kF32 ? f32_align : bf16_align;
+  const size_t g_elem = dtype_size(p.g_dtype);
+  FASTKDA_CHECK(aligned(p.g, g_align) && s.g % int64_t(g_align / g_elem) == 0,
+                "g: CUDA decode expects ", g_align, "-byte aligned rows (pointer and g_stride)");
+  FASTKDA_CHECK(p.dt_bias == nullptr || aligned(p.dt_bias, f32_align),
+                "dt_bias: CUDA decode expects a ", f32_align, "-byte aligned pointer");
+  FASTKDA_CHECK(p.g_dtype == DType::kF32 || p.g_dtype == DType::kBF16,
+                "g_dtype: expected f32 or bf16, got ", to_string(p.g_dtype));
+  FASTKDA_CHECK(p.beta_dtype == DType::kF32 || p.beta_dtype == DType::kBF16,
+                "beta_dtype: expected f32 or bf16, got ", to_string(p.beta_dtype));
+  FASTKDA_CHECK(p.state_dtype == DType::kF32 || p.state_dtype == DType::kBF16,
+                "state_dtype: expected f32 or bf16, got ", to_string(p.state_dtype));
+  FASTKDA_CHECK(aligned(p.state_pool, p.state_dtype == DType::kF32 ? 16 : 8),
+                "state_pool: CUDA decode expects a 16-byte (f32) or 8-byte (bf16) aligned pointer");
+  const int64_t ctas = p.N * p.HV * (p.V / decode_cuda::kBlockV);
+  FASTKDA_CHECK(ctas <= int64_t(INT32_MAX), "N * HV: too large for one launch (", p.N, " x ", p.HV,
+                ")");
+}
+
+decode_cuda::DecodeArgs make_args(const DecodeParams& p, const Strides& s) {
+  decode_cuda::DecodeArgs a{};
+  a.q = static_cast<const uint16_t*>(p.q);
+  a.k = static_cast<const uint16_t*>(p.k);
+  a.v = static_cast<const uint16_t*>(p.v);
+  a.g = p.g;
+  a.beta = p.beta;
+  a.out = static_cast<uint16_t*>(p.out);
+  a.q_stride = s.q;
+  a.k_stride = s.k;
+  a.v_stride = s.v;
+  a.g_stride = s.g;
+  a.beta_stride = s.beta;
+  a.A_log = p.gate_mode == GateMode::kPreGated ? nullptr : p.A_log;
+  a.dt_bias = p.gate_mode == GateMode::kPreGated ? nullptr : p.dt_bias;
+  a.lower_bound = p.lower_bound;
+  a.scale = effective_scale(p);
+  a.pool = p.state_pool;
+  a.num_slots = p.num_slots;
+  a.slots = p.slots;
+  a.slot_stride = p.slot_stride;
+  a.num_accepted = p.num_accepted;
+  a.N = p.N;
+  a.H = p.H;
+  a.HV = p.HV;
+  a.V = p.V;
+  a.tokens = p.tokens;
+  a.gate = static_cast<decode_cuda::GateKind>(static_cast<int>(p.gate_mode));
+  a.beta_kind = static_cast<decode_cuda::BetaKind>(static_cast<int>(p.beta_mode));
+  a.g_f32 = p.g_dtype == DType::kF32;
+  a.beta_f32 = p.beta_dtype == DType::kF32;
+  a.l2norm = p.l2norm_qk;
+  a.per_token_states = p.per_token_states;
+  return a;
+}
+
+template <class F>
+void dispatch_bool(bool flag, F&& f) {
+  if (flag)
+    f(std::true_type{});
+  else
+    f(std::false_type{});
+}
+
+template <class F>
+void dispatch_head_dim(int K, F&& f) {
+  switch (K) {
+    case 64: return f(std::integral_constant<int, 64>{});
+    case 128: return f(std::integral_constant<int, 128>{});
+    default: return f(std::integral_constant<int, 256>{});
+  }
+}
+
+// Launches on `stream`; with kUsePdl, as a programmatic dependent of the previous kernel there
+// (the kernel waits for it with griddepcontrol.wait before its first global read).
+void launch(void (*kernel)(decode_cuda::DecodeArgs), unsigned grid, cudaStream_t stream,
+            const decode_cuda::DecodeArgs& args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(grid);
+  config.blockDim = dim3(decode_cuda::kThreads);
+  config.stream = stream;
+  cudaLaunchAttribute attribute = {};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &attribute;
+  config.numAttrs = decode_cuda::kUsePdl ? 1 : 0;
+  FASTKDA_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, args));
+}
+
+}  // namespace
+
+void decode(const DecodeParams& p) {
+  const Strides s = token_strides(p);
+  check_cuda_preconditions(p, s);
+  if (p.N == 0) return;
+  const decode_cuda::DecodeArgs args = make_args(p, s);
+  const unsigned grid = unsigned(p.N * p.HV * (p.V / decode_cuda::kBlockV));
+  auto stream = static_cast<cudaStream_t>(p.stream);
+
+  DeviceGuard guard(p.device_index);
+  dispatch_head_dim(p.K, [&](auto kK) {
+    dispatch_bool(p.state_layout == StateLayout::kVFirst, [&](auto kVFirst) {
+      dispatch_bool(p.state_dtype == DType::kF32, [&](auto kF32) {
+        using StateT = std::conditional_t<kF32(), float, uint16_t>;
+        launch(decode_cuda::decode_kernel<kK(), kVFirst(), StateT>, grid, stream, args);
+      });
+    });
+  });
+  FASTKDA_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace fastkda::cuda

@@ -1,0 +1,86 @@
+// Thin PTX wrappers used by the Hopper kernels: one instruction per function, named after it.
+// tf32 tensor-core MMA (mma.sync m16n8k8), tf32 rounding, the SFU approximations we use on purpose
+// (ex2/lg2/rcp/rsqrt .approx: relative error ~2^-22, far below the bf16/tf32 operand rounding),
+// cp.async with zero fill, named barriers and a warp max-reduction.
+#pragma once
+
+#include <cstdint>
+
+namespace fastkda::device {
+
+// ---- tensor cores ----------------------------------------------------------------------------
+// D(16x8, f32) += A(16x8, tf32, row) * B(8x8, tf32, col). Fragment layout (g = lane / 4,
+// t = lane % 4): a0 (g, t), a1 (g + 8, t), a2 (g, t + 4), a3 (g + 8, t + 4); b0 (k = t, n = g),
+// b1 (k = t + 4, n = g); d0 (g, 2t), d1 (g, 2t + 1), d2 (g + 8, 2t), d3 (g + 8, 2t + 1).
+__device__ __forceinline__ void mma_m16n8k8_tf32(float (&d)[4], const uint32_t (&a)[4],
+                                                 uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Round to nearest (ties away) to tf32; the result is an f32 bit pattern with 13 zero low bits.
+__device__ __forceinline__ uint32_t cvt_rna_tf32(float x) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+  return r;
+}
+__device__ __forceinline__ float round_tf32(float x) { return __uint_as_float(cvt_rna_tf32(x)); }
+
+// ---- special functions -----------------------------------------------------------------------
+__device__ __forceinline__ float ex2_approx(float x) {  // 2^x; 2^-inf = 0, ftz
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(x));
+  return r;
+}
+__device__ __forceinline__ float lg2_approx(float x) {
+  float r;
+  asm("lg2.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(x));
+  return r;
+}
+__device__ __forceinline__ float rcp_approx(float x) {
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(x));
+  return r;
+}
+__device__ __forceinline__ float rsqrt_approx(float x) {
+  float r;
+  asm("rsqrt.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(x));
+  return r;
+}
+
+// ---- asynchronous copies ---------------------------------------------------------------------
+// 16 bytes global -> shared; src_bytes = 0 writes 16 zero bytes and reads nothing.
+__device__ __forceinline__ void cp_async_cg_16(void* smem_dst, const void* gmem_src,
+                                               uint32_t src_bytes) {
+  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem_src),
+               "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit_group() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait_group() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+// ---- named barriers (id 0 is __syncthreads) --------------------------------------------------
+__device__ __forceinline__ void bar_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void bar_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// ---- warp reductions -------------------------------------------------------------------------
+__device__ __forceinline__ uint32_t redux_max_u32(uint32_t x) {
+  uint32_t r;
+  asm("redux.sync.max.u32 %0, %1, 0xffffffff;\n" : "=r"(r) : "r"(x));
+  return r;
+}
+
+}  // namespace fastkda::device

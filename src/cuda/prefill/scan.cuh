@@ -1,0 +1,146 @@
+// The scan role of the prefill kernel (warps 4..): the only part of the chunked form that is
+// sequential in T. Formulated on S^T (V x K) so that the state is an MMA accumulator that never
+// leaves registers (f32, chunk to chunk). Warp w owns 16 value rows of S^T: 16 x 128 floats, 64 per
+// lane, in the m16n8 accumulator layout (tile j = key columns 8j..8j+7).
+//
+// Per chunk (operands from ScanStage, tf32):
+//   V_new^T = U^T + S^T (-W)^T                 16 x kC,  k-dim K
+//   O^T     = S^T qs^T + V_new^T A_qk^T        16 x kC,  k-dims K and kC  (-> bf16 out)
+//   S^T     = S^T diag(2^G_C) + V_new^T ke     16 x K,   k-dim kC
+// An accumulator is reused as the A operand of the next MMA by permuting the k index: the lane that
+// holds columns (2t, 2t+1) of a tile feeds k slots (t, t+4), and B is loaded with the same
+// permutation (rows 2t, 2t+1 of the k range: one float2 per fragment).
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include "cuda/device/ptx.cuh"
+#include "cuda/prefill/args.h"
+#include "cuda/prefill/config.h"
+#include "cuda/prefill/prepare.cuh"
+
+namespace fastkda::prefill_cuda {
+
+// A operand (16 x 8, tf32) from one m16n8 accumulator tile, k slots permuted as described above.
+__device__ __forceinline__ void acc_to_a(const float (&c)[4], uint32_t (&a)[4]) {
+  a[0] = device::cvt_rna_tf32(c[0]);
+  a[1] = device::cvt_rna_tf32(c[2]);
+  a[2] = device::cvt_rna_tf32(c[1]);
+  a[3] = device::cvt_rna_tf32(c[3]);
+}
+__device__ __forceinline__ void mma_f2(float (&d)[4], const uint32_t (&a)[4], float2 b) {
+  device::mma_m16n8k8_tf32(d, a, __float_as_uint(b.x), __float_as_uint(b.y));
+}
+
+// Element offset of S^T[v][key] in one state matrix.
+__device__ __forceinline__ int64_t state_elem(bool k_first, int v, int key) {
+  return k_first ? int64_t(key) * kV + v : int64_t(v) * kK + key;
+}
+
+// Loads (or zeroes) this warp's 16 rows of S^T starting at value row v_row.
+__device__ __forceinline__ void load_state(const PrefillArgs& a, const void* base, bool f32,
+                                           int v_row, float (&S)[kK / 8][4]) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int j = 0; j < kK / 8; ++j)
+#pragma unroll
+    for (int f = 0; f < 4; ++f) {
+      const int v = v_row + g + (f >= 2 ? 8 : 0), key = 8 * j + 2 * t + (f & 1);
+      S[j][f] = base ? load_f32_or_bf16(base, f32, state_elem(a.k_first, v, key)) : 0.0f;
+    }
+}
+
+__device__ __forceinline__ void store_state(const PrefillArgs& a, void* base, bool f32, int v_row,
+                                            const float (&S)[kK / 8][4]) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int j = 0; j < kK / 8; ++j)
+#pragma unroll
+    for (int f = 0; f < 4; ++f) {
+      const int v = v_row + g + (f >= 2 ? 8 : 0), key = 8 * j + 2 * t + (f & 1);
+      const int64_t off = state_elem(a.k_first, v, key);
+      if (f32)
+        static_cast<float*>(base)[off] = S[j][f];
+      else
+        static_cast<uint16_t*>(base)[off] = __bfloat16_as_ushort(__float2bfloat16_rn(S[j][f]));
+    }
+}
+
+// One chunk of the scan for this warp's 16 value rows (column `vc` of the CTA's value slice).
+// O^T goes to `ostage` (bf16) and from there to out with 16-byte stores (valid rows only).
+template <int kVs>
+__device__ __forceinline__ void scan_chunk(const PrefillArgs& a, const ScanStage<kVs>& sb,
+                                           uint16_t (&ostage)[kC][kLdOut], float (&S)[kK / 8][4],
+                                           int vc, uint16_t* out_rows, int nvalid) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  constexpr int kTiles = kC / 8;  // token tiles per chunk
+  float vn[2][kTiles][4], o[2][kTiles][4];  // [even/odd k-step partial][token tile][fragment]
+#pragma unroll
+  for (int m = 0; m < kTiles; ++m) {
+    vn[0][m][0] = sb.u[8 * m + 2 * t][vc + g];
+    vn[0][m][1] = sb.u[8 * m + 2 * t + 1][vc + g];
+    vn[0][m][2] = sb.u[8 * m + 2 * t][vc + g + 8];
+    vn[0][m][3] = sb.u[8 * m + 2 * t + 1][vc + g + 8];
+#pragma unroll
+    for (int f = 0; f < 4; ++f) vn[1][m][f] = o[0][m][f] = o[1][m][f] = 0.0f;
+  }
+  // V_new^T = U^T - S^T W^T and the inter-chunk part of O^T, sharing the S^T fragments.
+#pragma unroll
+  for (int j = 0; j < kK / 8; ++j) {
+    uint32_t af[4];
+    acc_to_a(S[j], af);
+#pragma unroll
+    for (int m = 0; m < kTiles; ++m) {
+      mma_f2(vn[j & 1][m], af, *reinterpret_cast<const float2*>(&sb.w[8 * m + g][8 * j + 2 * t]));
+      mma_f2(o[j & 1][m], af, *reinterpret_cast<const float2*>(&sb.qs[8 * m + g][8 * j + 2 * t]));
+    }
+  }
+  uint32_t av[kTiles][4];
+#pragma unroll
+  for (int m = 0; m < kTiles; ++m) {
+#pragma unroll
+    for (int f = 0; f < 4; ++f) {
+      vn[0][m][f] += vn[1][m][f];
+      o[0][m][f] += o[1][m][f];
+    }
+    acc_to_a(vn[0][m], av[m]);
+  }
+  // Intra-chunk part of O^T: V_new^T A_qk^T (A_qk lower triangular: skip tiles above it).
+#pragma unroll
+  for (int m = 0; m < kTiles; ++m)
+#pragma unroll
+    for (int mk = 0; mk <= m; ++mk)
+      mma_f2(o[0][m], av[mk], *reinterpret_cast<const float2*>(&sb.aqk[8 * m + g][8 * mk + 2 * t]));
+
+  // O^T -> bf16 staging [token][value] -> 16-byte stores of valid rows.
+  __syncwarp();
+#pragma unroll
+  for (int m = 0; m < kTiles; ++m)
+#pragma unroll
+    for (int f = 0; f < 4; ++f) {
+      const int tok = 8 * m + 2 * t + (f & 1), v = g + (f >= 2 ? 8 : 0);
+      ostage[tok][v] = __bfloat16_as_ushort(__float2bfloat16_rn(o[0][m][f]));
+    }
+  __syncwarp();
+  {
+    const int tok = lane >> 1, half = lane & 1;
+    if (tok < nvalid)
+      *reinterpret_cast<uint4*>(out_rows + tok * a.out_stride + 8 * half) =
+          *reinterpret_cast<const uint4*>(&ostage[tok][8 * half]);
+  }
+
+  // S^T = S^T diag(decay) + V_new^T ke.
+#pragma unroll
+  for (int j = 0; j < kK / 8; ++j) {
+    const float2 d = *reinterpret_cast<const float2*>(&sb.decay[8 * j + 2 * t]);
+    S[j][0] *= d.x;
+    S[j][1] *= d.y;
+    S[j][2] *= d.x;
+    S[j][3] *= d.y;
+#pragma unroll
+    for (int mk = 0; mk < kTiles; ++mk)
+      mma_f2(S[j], av[mk], *reinterpret_cast<const float2*>(&sb.ke[8 * j + g][8 * mk + 2 * t]));
+  }
+}
+
+}  // namespace fastkda::prefill_cuda

@@ -1,0 +1,361 @@
+// GPU tests of the chunked prefill (fastkda::forward on Device::kCUDA) against the fp64 oracle
+// (DESIGN §5): accuracy over a grid of shapes and modes, the numerical traps (gates of -1000,
+// collinear keys with beta ~ 1), varlen with empty and 1-token sequences, state pools, and the
+// invariants (causality bit for bit, bitwise reruns, varlen == separate calls, split prefill, rows
+// outside every sequence untouched, CUDA-graph capture).
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cstdio>
+
+#include "gpu_test_util.h"
+
+namespace fastkda_prefill_test {
+namespace {
+
+// Accuracy targets vs the fp64 oracle (RMS-relative). A bf16 final state adds its own rounding.
+constexpr double kOutTol = 2.0e-3;
+constexpr double kStateTol = 5.0e-4;
+constexpr double kStateTolBf16 = 3.0e-3;
+
+// Runs one problem on the GPU and the oracle; checks every covered output row is finite and
+// accurate, uncovered rows untouched (still NaN bits), written state slots accurate, the other
+// slots bitwise unchanged. Returns the GPU result.
+Result check_against_oracle(const Problem& p, const char* label = "") {
+  DeviceInputs d(p);
+  const Result got = run_gpu(p, d);
+  const Result ref = run_oracle(p);
+  const auto rows = covered_rows(p);
+  const size_t row_elems = size_t(p.c.HV) * kV;
+  const Err eo = compare(got.out, ref.out, [&](size_t i) { return rows[i / row_elems]; });
+  size_t touched = 0;
+  for (size_t i = 0; i < got.out.size(); ++i)
+    if (!rows[i / row_elems] && got.out.h[i] != kPoison) ++touched;
+  const auto slots = written_slots(p);
+  const size_t slot_elems = size_t(p.c.HV) * kK * kV;
+  const Err es = compare(got.state, ref.state, [&](size_t i) { return slots[i / slot_elems]; });
+  size_t changed = 0;
+  if (p.has_init() && p.init_dtype == p.c.final_dtype) {
+    for (size_t i = 0; i < got.state.size(); ++i)
+      if (!slots[i / slot_elems] && got.state.get(i) != p.init_state.get(i) &&
+          !(std::isnan(got.state.get(i)) && std::isnan(p.init_state.get(i))))
+        ++changed;
+  }
+  std::printf("[prefill] %-22s out %s | state %s\n", label, ::testing::PrintToString(eo.rms_rel).c_str(),
+              ::testing::PrintToString(es.rms_rel).c_str());
+  EXPECT_EQ(eo.nonfinite, 0u) << p.describe();
+  EXPECT_LE(eo.rms_rel, kOutTol) << "out " << eo << "  " << p.describe();
+  EXPECT_EQ(touched, 0u) << "rows outside every sequence were written  " << p.describe();
+  if (p.c.final_state) {
+    EXPECT_EQ(es.nonfinite, 0u) << p.describe();
+    const double tol = p.c.final_dtype == DType::kBF16 ? kStateTolBf16 : kStateTol;
+    EXPECT_LE(es.rms_rel, tol) << "state " << es << "  " << p.describe();
+  }
+  EXPECT_EQ(changed, 0u) << "state slots that must stay untouched changed  " << p.describe();
+  return got;
+}
+
+TEST(PrefillGpu, WorkspaceIsZeroAndDimsChecked) {
+  FASTKDA_REQUIRE_GPU();
+  Problem p(Case{});
+  DeviceInputs d(p);
+  fastkda::ForwardParams f = p.params({d.q.get(), d.k.get(), d.v.get(), d.g.get(), d.beta.get(),
+                                       nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                       nullptr},
+                                      fastkda::Device::kCUDA);
+  EXPECT_EQ(fastkda::forward_workspace_size(f), 0u);
+  f.K = 64;
+  try {
+    fastkda::forward(f);
+    ADD_FAILURE() << "K = 64 on CUDA must throw";
+  } catch (const fastkda::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("K"), std::string::npos) << e.what();
+  }
+}
+
+// Lengths around the chunk boundaries (kC = 16) and a long one.
+TEST(PrefillGpu, LengthGrid) {
+  FASTKDA_REQUIRE_GPU();
+  for (int64_t T : {1, 15, 16, 17, 63, 64, 65, 1000}) {
+    Case c;
+    c.B = 2, c.T = T, c.H = 2, c.HV = 4;
+    check_against_oracle(Problem(c), ("T=" + std::to_string(T)).c_str());
+  }
+}
+
+TEST(PrefillGpu, GateModes) {
+  FASTKDA_REQUIRE_GPU();
+  {
+    Case c;  // bounded without A_log / dt_bias, lower bound -2
+    c.T = 200, c.A_log = false, c.dt_bias = false, c.lower_bound = -2.0f;
+    check_against_oracle(Problem(c), "bounded plain");
+  }
+  {
+    Case c;  // Kimi-Linear: softplus, unbounded
+    c.T = 200, c.gate = GateMode::kSoftplus;
+    check_against_oracle(Problem(c), "softplus");
+  }
+  {
+    Case c;  // softplus with tokens at -1000 (softplus(1000) * A)
+    c.T = 300, c.gate = GateMode::kSoftplus, c.extreme_gates = 0.1;
+    check_against_oracle(Problem(c), "softplus -1000");
+  }
+  {
+    Case c;  // every token at -1000
+    c.T = 100, c.gate = GateMode::kSoftplus, c.extreme_gates = 1.0;
+    check_against_oracle(Problem(c), "softplus all -1000");
+  }
+  {
+    Case c;  // pre-gated log decays, some at -1000
+    c.T = 300, c.gate = GateMode::kPreGated, c.extreme_gates = 0.05;
+    check_against_oracle(Problem(c), "pre-gated -1000");
+  }
+  {
+    Case c;  // bounded gates saturated at the lower bound (-5 per token)
+    c.T = 200, c.extreme_gates = 1.0;
+    check_against_oracle(Problem(c), "bounded saturated");
+  }
+}
+
+TEST(PrefillGpu, BetaModesDtypesLayouts) {
+  FASTKDA_REQUIRE_GPU();
+  {
+    Case c;
+    c.T = 130, c.beta_mode = BetaMode::kGiven, c.g_dtype = DType::kBF16, c.beta_dtype = DType::kBF16;
+    check_against_oracle(Problem(c), "beta given, bf16 g/b");
+  }
+  {
+    Case c;
+    c.T = 130, c.beta_mode = BetaMode::kTwoSigmoid, c.layout = StateLayout::kKFirst;
+    check_against_oracle(Problem(c), "2sigmoid, k-first");
+  }
+  {
+    Case c;
+    c.T = 130, c.init = InitState::kBF16, c.final_dtype = DType::kBF16;
+    check_against_oracle(Problem(c), "bf16 states");
+  }
+  {
+    Case c;
+    c.T = 130, c.init = InitState::kBF16, c.final_dtype = DType::kBF16,
+    c.layout = StateLayout::kKFirst;
+    check_against_oracle(Problem(c), "bf16 states k-first");
+  }
+  {
+    Case c;
+    c.T = 77, c.init = InitState::kNone, c.final_state = false;
+    check_against_oracle(Problem(c), "no states");
+  }
+  {
+    Case c;
+    c.T = 77, c.l2norm = false, c.scale = 0.3f, c.strided = true;
+    check_against_oracle(Problem(c), "no l2norm, strided");
+  }
+  {
+    Case c;  // GVA: 3 value heads per q/k head
+    c.B = 2, c.T = 90, c.H = 2, c.HV = 6;
+    check_against_oracle(Problem(c), "GVA r=3");
+  }
+}
+
+TEST(PrefillGpu, CollinearKeysBetaNearOne) {
+  FASTKDA_REQUIRE_GPU();
+  Case c;
+  c.T = 96, c.collinear = true;
+  check_against_oracle(Problem(c), "collinear");
+}
+
+TEST(PrefillGpu, Varlen) {
+  FASTKDA_REQUIRE_GPU();
+  for (bool i64 : {false, true}) {
+    Case c;
+    c.seqlens = {0, 1, 17, 0, 100, 64, 1, 33};
+    c.cu_i64 = i64, c.H = 2, c.HV = 4;
+    check_against_oracle(Problem(c), i64 ? "varlen i64" : "varlen i32");
+  }
+  {
+    Case c;  // serving: pool by index (some -1), updated in place
+    c.seqlens = {5, 0, 70, 16, 1};
+    c.pool = true, c.in_place = true, c.HV = 4;
+    check_against_oracle(Problem(c), "pool in place");
+  }
+  {
+    Case c;  // rows before the first and after the last sequence stay untouched
+    c.seqlens = {20, 33};
+    c.lead = 8, c.tail = 27;
+    check_against_oracle(Problem(c), "uncovered rows");
+  }
+}
+
+TEST(PrefillGpu, LongFewHeads) {
+  FASTKDA_REQUIRE_GPU();
+  {
+    Case c;
+    c.T = 8192, c.H = 1, c.HV = 2;
+    check_against_oracle(Problem(c), "T=8192 HV=2");
+  }
+  {
+    Case c;
+    c.T = 65536, c.H = 1, c.HV = 1, c.g_dtype = DType::kBF16;
+    check_against_oracle(Problem(c), "T=65536 HV=1");
+  }
+}
+
+// Output row t must not depend on rows > t, bit for bit.
+TEST(PrefillGpu, CausalBitForBit) {
+  FASTKDA_REQUIRE_GPU();
+  for (GateMode gate : {GateMode::kBounded, GateMode::kSoftplus}) {
+    Case c;
+    c.T = 100, c.gate = gate, c.extreme_gates = gate == GateMode::kSoftplus ? 0.2 : 0.0;
+    Problem p(c);
+    const Result a = run_gpu(p, DeviceInputs(p));
+    const int64_t t0 = 37;  // mid-chunk
+    Problem p2 = p;
+    std::mt19937_64 rng(p.seed + 1);
+    std::normal_distribution<float> normal(0.f, 1.f);
+    for (int64_t t = t0 + 1; t < p.rows; ++t) {
+      for (int64_t i = 0; i < p.q_stride; ++i) p2.q.set(size_t(t * p.q_stride + i), normal(rng));
+      for (int64_t i = 0; i < p.k_stride; ++i) p2.k.set(size_t(t * p.k_stride + i), normal(rng));
+      for (int64_t i = 0; i < p.v_stride; ++i) p2.v.set(size_t(t * p.v_stride + i), normal(rng));
+      for (int64_t i = 0; i < p.g_stride; ++i)
+        p2.g.set(size_t(t * p.g_stride + i), 20.f * normal(rng));
+      for (int64_t i = 0; i < p.beta_stride; ++i)
+        p2.beta.set(size_t(t * p.beta_stride + i), normal(rng));
+    }
+    const Result b = run_gpu(p2, DeviceInputs(p2));
+    const size_t prefix = size_t((t0 + 1) * p.c.HV * kV);
+    EXPECT_TRUE(std::equal(a.out.h.begin(), a.out.h.begin() + prefix, b.out.h.begin()))
+        << "rows <= " << t0 << " changed with later rows  " << p.describe();
+  }
+}
+
+TEST(PrefillGpu, BitwiseReruns) {
+  FASTKDA_REQUIRE_GPU();
+  Case c;
+  c.seqlens = {300, 1, 77};
+  c.gate = GateMode::kSoftplus, c.extreme_gates = 0.05, c.HV = 4;
+  Problem p(c);
+  DeviceInputs d(p);
+  const Result a = run_gpu(p, d), b = run_gpu(p, d);
+  EXPECT_TRUE(a.out.same_bits(b.out)) << p.describe();
+  EXPECT_TRUE(a.state.same_bits(b.state)) << p.describe();
+}
+
+// Varlen == separate calls, bit for bit (each (sequence, head) is computed independently).
+TEST(PrefillGpu, VarlenEqualsSeparateCalls) {
+  FASTKDA_REQUIRE_GPU();
+  Case c;
+  c.seqlens = {40, 0, 129, 16};
+  c.HV = 2;
+  Problem p(c);
+  const Result all = run_gpu(p, DeviceInputs(p));
+  const size_t row_elems = size_t(p.c.HV) * kV, matrix = size_t(p.c.HV) * kK * kV;
+  for (size_t n = 0; n < p.c.seqlens.size(); ++n) {
+    Case cn = c;
+    cn.seqlens = {p.c.seqlens[n]};
+    Problem pn(cn, p.seed);
+    const int64_t bos = p.cu[n];
+    auto slice = [&](const HostBuf& src, HostBuf& dst, int64_t stride) {
+      for (size_t i = 0; i < dst.size(); ++i) dst.set(i, src.get(size_t(bos * stride) + i));
+    };
+    slice(p.q, pn.q, p.q_stride), slice(p.k, pn.k, p.k_stride), slice(p.v, pn.v, p.v_stride);
+    slice(p.g, pn.g, p.g_stride), slice(p.beta, pn.beta, p.beta_stride);
+    pn.A_log = p.A_log, pn.dt_bias = p.dt_bias;
+    for (size_t i = 0; i < matrix; ++i) pn.init_state.set(i, p.init_state.get(n * matrix + i));
+    const Result one = run_gpu(pn, DeviceInputs(pn));
+    EXPECT_TRUE(std::equal(one.out.h.begin(), one.out.h.end(),
+                           all.out.h.begin() + bos * row_elems))
+        << "sequence " << n << "  " << p.describe();
+    EXPECT_TRUE(std::equal(one.state.f.begin(), one.state.f.end(),
+                           all.state.f.begin() + n * matrix))
+        << "sequence " << n << "  " << p.describe();
+  }
+}
+
+// prefill(T1) then prefill(T2) from the carried f32 state == prefill(T1 + T2) (to rounding).
+TEST(PrefillGpu, SplitPrefillMatchesOne) {
+  FASTKDA_REQUIRE_GPU();
+  Case c;
+  c.seqlens = {37, 91};  // as two chunks of one sequence: first 37 tokens, then 91
+  c.HV = 2;
+  Problem p(c);
+  Case whole = c;
+  whole.seqlens = {128};
+  Problem pw(whole, p.seed);
+  pw.q = p.q, pw.k = p.k, pw.v = p.v, pw.g = p.g, pw.beta = p.beta;
+  pw.A_log = p.A_log, pw.dt_bias = p.dt_bias;
+  const size_t matrix = size_t(p.c.HV) * kK * kV;
+  for (size_t i = 0; i < matrix; ++i) pw.init_state.set(i, p.init_state.get(i));
+  const Result rw = run_gpu(pw, DeviceInputs(pw));
+
+  Case first = c;
+  first.seqlens = {37};
+  Problem p1(first, p.seed);
+  auto slice = [](const HostBuf& src, HostBuf& dst, int64_t off) {
+    for (size_t i = 0; i < dst.size(); ++i) dst.set(i, src.get(size_t(off) + i));
+  };
+  auto take = [&](Problem& dst, int64_t bos) {
+    slice(p.q, dst.q, bos * p.q_stride), slice(p.k, dst.k, bos * p.k_stride);
+    slice(p.v, dst.v, bos * p.v_stride), slice(p.g, dst.g, bos * p.g_stride);
+    slice(p.beta, dst.beta, bos * p.beta_stride);
+    dst.A_log = p.A_log, dst.dt_bias = p.dt_bias;
+  };
+  take(p1, 0);
+  for (size_t i = 0; i < matrix; ++i) p1.init_state.set(i, p.init_state.get(i));
+  const Result r1 = run_gpu(p1, DeviceInputs(p1));
+  Case second = c;
+  second.seqlens = {91};
+  Problem p2(second, p.seed);
+  take(p2, 37);
+  p2.init_state = r1.state;
+  const Result r2 = run_gpu(p2, DeviceInputs(p2));
+
+  HostBuf out_split(DType::kBF16, rw.out.size());
+  std::copy(r1.out.h.begin(), r1.out.h.end(), out_split.h.begin());
+  std::copy(r2.out.h.begin(), r2.out.h.end(), out_split.h.begin() + r1.out.size());
+  const Err eo = compare(out_split, rw.out, [](size_t) { return true; });
+  const Err es = compare(r2.state, rw.state, [](size_t) { return true; });
+  EXPECT_LE(eo.rms_rel, kOutTol) << eo << "  " << p.describe();
+  EXPECT_LE(es.rms_rel, kStateTol) << es << "  " << p.describe();
+}
+
+// Captured into a CUDA graph (no allocation, no sync inside), replay == direct run.
+TEST(PrefillGpu, GraphCapture) {
+  FASTKDA_REQUIRE_GPU();
+  Case c;
+  c.seqlens = {50, 0, 200};
+  c.HV = 2;
+  Problem p(c);
+  DeviceInputs d(p);
+  const Result direct = run_gpu(p, d);
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  HostBuf out(DType::kBF16, p.out_elems());
+  std::fill(out.h.begin(), out.h.end(), kPoison);
+  DeviceBuf dout(out.data(), out.bytes()), init(p.init_state.data(), p.init_state.bytes());
+  DeviceBuf fin(p.init_state.data(), p.init_state.bytes());
+  fastkda::ForwardParams f = p.params(
+      {d.q.get(), d.k.get(), d.v.get(), d.g.get(), d.beta.get(), d.cu.get(),
+       static_cast<const float*>(d.A_log.get()), static_cast<const float*>(d.dt_bias.get()),
+       dout.get(), init.get(), fin.get(), nullptr},
+      fastkda::Device::kCUDA);
+  f.stream = s;
+  cudaGraph_t graph;
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+  fastkda::forward(f);
+  ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+  cudaGraphExec_t exec;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  dout.to_host(out.data());
+  HostBuf st(DType::kF32, p.state_elems());
+  fin.to_host(st.data());
+  EXPECT_TRUE(out.same_bits(direct.out)) << p.describe();
+  EXPECT_TRUE(st.same_bits(direct.state)) << p.describe();
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(s);
+}
+
+}  // namespace
+}  // namespace fastkda_prefill_test
