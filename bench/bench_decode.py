@@ -9,12 +9,14 @@ calls, each call on its own slot set, so the state bytes touched per replay exce
 times (no call finds its state in L2); after >= 100 ms of round-robin warm-up the graphs are
 replayed interleaved (fastkda, fla, fastkda, ...) and timed with CUDA events, median of >= 30; the
 time per call is the replay time / M. (Timing one implementation after the other put an 8-12%
-penalty on whichever came first at large batch: clocks still settling.) Bytes per call: state read once + written once per written
-slot, plus q, k, v, g, beta read and out written. Copy bandwidth is measured in the same run.
+penalty on whichever came first at large batch: clocks still settling.) Bytes per call: state
+read once + written once per written slot, plus q, k, v, g, beta read and out written. Copy
+bandwidth is measured in the same run.
 
 fastkda is called through bench/decode_capi.cpp (ctypes; built by scripts/gpu_check_decode.sh).
 
-  FLA_FLASH_KDA=0 python3 bench/bench_decode.py --lib build-decode/bin/libfastkda_decode_bench.so
+  FLA_FLASH_KDA=0 python3 bench/bench_decode.py \
+      --lib build-decode/bin/libfastkda_decode_bench.so
 """
 
 import argparse
@@ -69,12 +71,15 @@ class Problem:
         shape = (self.num_slots, HV, K, V) if k_first else (self.num_slots, HV, V, K)
         self.pool = 0.1 * randn(*shape, dtype=torch.float32)
         perm = torch.randperm(self.num_slots, generator=g, device=dev).to(torch.int32)
-        self.slots = [perm[m * N * self.cols:(m + 1) * N * self.cols].view(N, self.cols)
-                      for m in range(self.M)]
+        self.slots = [
+            perm[m * N * self.cols : (m + 1) * N * self.cols].view(N, self.cols)
+            for m in range(self.M)
+        ]
         if not spec:
             self.slots = [s.view(N).contiguous() for s in self.slots]
-        self.accepted = (torch.randint(1, T + 1, (N,), generator=g, device=dev).to(torch.int32)
-                         if spec else None)
+        self.accepted = (
+            torch.randint(1, T + 1, (N,), generator=g, device=dev).to(torch.int32) if spec else None
+        )
 
     def bytes_per_call(self):
         N, T, H, HV = self.N, self.T, self.H, self.HV
@@ -86,24 +91,64 @@ class Problem:
         pool = self.pool if pool is None else pool
         err = ctypes.create_string_buffer(512)
         stream = torch.cuda.current_stream().cuda_stream if stream is None else stream
-        rc = f(self.q.data_ptr(), self.k.data_ptr(), self.v.data_ptr(), self.g.data_ptr(),
-               self.beta.data_ptr(), self.out.data_ptr(), self.A_log.data_ptr(),
-               self.dt_bias.data_ptr(), pool.data_ptr(), self.slots[m].data_ptr(),
-               self.accepted.data_ptr() if self.spec else None, self.N, self.T, self.H, self.HV,
-               K, V, self.num_slots, self.cols, int(self.spec), int(self.k_first), 0,
-               0, -5.0, 0, 0, 0, stream, err, 512)
+        rc = f(
+            self.q.data_ptr(),
+            self.k.data_ptr(),
+            self.v.data_ptr(),
+            self.g.data_ptr(),
+            self.beta.data_ptr(),
+            self.out.data_ptr(),
+            self.A_log.data_ptr(),
+            self.dt_bias.data_ptr(),
+            pool.data_ptr(),
+            self.slots[m].data_ptr(),
+            self.accepted.data_ptr() if self.spec else None,
+            self.N,
+            self.T,
+            self.H,
+            self.HV,
+            K,
+            V,
+            self.num_slots,
+            self.cols,
+            int(self.spec),
+            int(self.k_first),
+            0,
+            0,
+            -5.0,
+            0,
+            0,
+            0,
+            stream,
+            err,
+            512,
+        )
         if rc != 0:
             raise RuntimeError(err.value.decode())
 
     def fla(self, fwd, m, pool=None):
         pool = self.pool if pool is None else pool
-        fwd(q=self.q, k=self.k, v=self.v, g=self.g, beta=self.beta, A_log=self.A_log,
-            dt_bias=self.dt_bias, initial_state=pool, scale=None, output_final_state=False,
-            inplace_final_state=True, state_v_first=not self.k_first,
+        fwd(
+            q=self.q,
+            k=self.k,
+            v=self.v,
+            g=self.g,
+            beta=self.beta,
+            A_log=self.A_log,
+            dt_bias=self.dt_bias,
+            initial_state=pool,
+            scale=None,
+            output_final_state=False,
+            inplace_final_state=True,
+            state_v_first=not self.k_first,
             ssm_state_indices=self.slots[m],
             num_accepted_tokens=self.accepted if self.spec else None,
-            use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True,
-            use_beta_sigmoid_in_kernel=True, lower_bound=-5.0, out=self.out)
+            use_qk_l2norm_in_kernel=True,
+            use_gate_in_kernel=True,
+            use_beta_sigmoid_in_kernel=True,
+            lower_bound=-5.0,
+            out=self.out,
+        )
 
 
 def rms_rel(a, b):
@@ -166,7 +211,6 @@ def copy_bandwidth():
             e1.synchronize()
             times.append(e0.elapsed_time(e1))
         best = max(best, 2 * n / (statistics.median(times) * 1e-3))
-    del x, y
     return best
 
 
@@ -216,23 +260,34 @@ def main():
     os.environ.setdefault("FLA_FLASH_KDA", "0")
     torch.backends.cuda.matmul.allow_tf32 = False
     libs = [load_fastkda(path) for path in args.lib.split(",")]
-    names = [os.path.basename(path).removeprefix("libfastkda_decode_bench").removesuffix(".so")
-             .lstrip("_") or "default" for path in args.lib.split(",")]
+    names = [
+        os.path.basename(path)
+        .removeprefix("libfastkda_decode_bench")
+        .removesuffix(".so")
+        .lstrip("_")
+        or "default"
+        for path in args.lib.split(",")
+    ]
     f = libs[0]
     try:
-        from fla.ops.kda.fused_recurrent import fused_recurrent_kda_fwd as fwd
         import fla
+        from fla.ops.kda.fused_recurrent import fused_recurrent_kda_fwd as fwd
+
         fla_version = getattr(fla, "__version__", "?")
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         print(f"fla unavailable ({e}); timing fastkda only", file=sys.stderr)
         fwd, fla_version = None, None
 
     import triton
+
     props = torch.cuda.get_device_properties(0)
     env = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "gpu": props.name, "sms": props.multi_processor_count,
-        "torch": torch.__version__, "cuda": torch.version.cuda, "triton": triton.__version__,
+        "gpu": props.name,
+        "sms": props.multi_processor_count,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "triton": triton.__version__,
         "fla": fla_version,
     }
     bw = copy_bandwidth()
@@ -245,15 +300,27 @@ def main():
             if args.only and args.only not in name:
                 continue
             p = Problem(name, N, H, HV, T, spec, k_first)
-            row = {"shape": name, "N": N, "H": H, "HV": HV, "tokens": T, "spec": spec,
-                   "k_first": k_first, "M": p.M, "bytes": p.bytes_per_call()}
+            row = {
+                "shape": name,
+                "N": N,
+                "H": H,
+                "HV": HV,
+                "tokens": T,
+                "spec": spec,
+                "k_first": k_first,
+                "M": p.M,
+                "bytes": p.bytes_per_call(),
+            }
             if fwd is not None:
-                row["err_out_vs_fla"], row["err_state_vs_fla"], row["untouched_ok"] = \
-                    cross_check(p, f, fwd)
-            graphs = [capture([lambda m=m, lib=lib: p.fastkda(lib, m) for m in range(p.M)])
-                      for lib in libs]
+                row["err_out_vs_fla"], row["err_state_vs_fla"], row["untouched_ok"] = cross_check(
+                    p, f, fwd
+                )
+            graphs = [
+                capture([lambda m=m, lib=lib, p=p: p.fastkda(lib, m) for m in range(p.M)])
+                for lib in libs
+            ]
             if fwd is not None:
-                graphs.append(capture([lambda m=m: p.fla(fwd, m) for m in range(p.M)]))
+                graphs.append(capture([lambda m=m, p=p: p.fla(fwd, m) for m in range(p.M)]))
             ms = time_graphs(graphs, args.reps)
             for name, t in zip(names, ms):
                 row[f"fastkda_us[{name}]"] = t * 1e3 / p.M
@@ -265,17 +332,21 @@ def main():
             row["fastkda_TBps"] = p.bytes_per_call() / (row["fastkda_us"] * 1e-6) / 1e12
             print(json.dumps(row), flush=True)
             rows.append(row)
-            del p
+            p = None  # free the pool before the next shape allocates its own
             torch.cuda.empty_cache()
 
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"env": env, "rows": rows}, fh, indent=1)
 
-    print(f"\n{env['gpu']}  torch {env['torch']}  triton {env['triton']}  fla {env['fla']}  "
-          f"copy {env['copy_TBps']:.2f} TB/s  (us per call, CUDA-graph replay, median)")
-    hdr = (f"{'shape':22s} {'fastkda':>8s} {'fla':>8s} {'speedup':>7s} {'floor':>7s} "
-           f"{'TB/s':>5s} {'%copy':>5s}  {'out/state err vs fla':>20s}")
+    print(
+        f"\n{env['gpu']}  torch {env['torch']}  triton {env['triton']}  fla {env['fla']}  "
+        f"copy {env['copy_TBps']:.2f} TB/s  (us per call, CUDA-graph replay, median)"
+    )
+    hdr = (
+        f"{'shape':22s} {'fastkda':>8s} {'fla':>8s} {'speedup':>7s} {'floor':>7s} "
+        f"{'TB/s':>5s} {'%copy':>5s}  {'out/state err vs fla':>20s}"
+    )
     print(hdr)
     if len(names) > 1:
         print("variants (us): " + " | ".join(names))
@@ -283,11 +354,17 @@ def main():
             print(f"  {r['shape']:22s} " + " ".join(f"{r[f'fastkda_us[{n}]']:8.2f}" for n in names))
     for r in rows:
         fla_us = r.get("fla_us", float("nan"))
-        err = (f"{r['err_out_vs_fla']:.1e}/{r['err_state_vs_fla']:.1e}"
-               f"{'' if r['untouched_ok'] else ' SLOTS CHANGED'}" if "err_out_vs_fla" in r else "")
-        print(f"{r['shape']:22s} {r['fastkda_us']:8.2f} {fla_us:8.2f} "
-              f"{fla_us / r['fastkda_us']:7.2f} {r['floor_us']:7.2f} {r['fastkda_TBps']:5.2f} "
-              f"{100 * r['fastkda_TBps'] / env['copy_TBps']:5.1f}  {err:>20s}")
+        err = (
+            f"{r['err_out_vs_fla']:.1e}/{r['err_state_vs_fla']:.1e}"
+            f"{'' if r['untouched_ok'] else ' SLOTS CHANGED'}"
+            if "err_out_vs_fla" in r
+            else ""
+        )
+        print(
+            f"{r['shape']:22s} {r['fastkda_us']:8.2f} {fla_us:8.2f} "
+            f"{fla_us / r['fastkda_us']:7.2f} {r['floor_us']:7.2f} {r['fastkda_TBps']:5.2f} "
+            f"{100 * r['fastkda_TBps'] / env['copy_TBps']:5.1f}  {err:>20s}"
+        )
 
 
 if __name__ == "__main__":

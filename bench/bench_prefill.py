@@ -155,7 +155,7 @@ def read_fastkda(path):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--fastkda", help="output of PrefillBench.DISABLED_Table")
-    ap.add_argument("--filter", default="")
+    ap.add_argument("--filter", default="", help="comma-separated shape-name substrings")
     ap.add_argument("--no-fla", action="store_true")
     ap.add_argument("--py", action="store_true", help="also time fastkda.chunk_kda here")
     ap.add_argument("--out", help="write the markdown table here too")
@@ -168,7 +168,7 @@ def main():
            "speed-up (fla_gpu / fastkda) |")
     with torch.inference_mode():
         for name, H, T, seqlens in SHAPES:
-            if a.filter and a.filter not in name:
+            if a.filter and not any(f in name for f in a.filter.split(",")):
                 continue
             Tt = sum(seqlens) if seqlens else T
             N = len(seqlens) if seqlens else 1

@@ -7,13 +7,14 @@
 
 #include "fastkda/fastkda.h"
 
-extern "C" int fastkda_bench_decode(
-    const void* q, const void* k, const void* v, const void* g, const void* beta, void* out,
-    const float* A_log, const float* dt_bias, void* state_pool, const int32_t* slots,
-    const int32_t* num_accepted, int64_t N, int tokens, int H, int HV, int K, int V,
-    int64_t num_slots, int64_t slot_stride, int per_token_states, int k_first, int state_bf16,
-    int gate_mode, float lower_bound, int beta_mode, int g_f32, int beta_f32, void* stream,
-    char* err, int err_len) {
+extern "C" int fastkda_bench_decode(const void* q, const void* k, const void* v, const void* g,
+                                    const void* beta, void* out, const float* A_log,
+                                    const float* dt_bias, void* state_pool, const int32_t* slots,
+                                    const int32_t* num_accepted, int64_t N, int tokens, int H,
+                                    int HV, int K, int V, int64_t num_slots, int64_t slot_stride,
+                                    int per_token_states, int k_first, int state_bf16,
+                                    int gate_mode, float lower_bound, int beta_mode, int g_f32,
+                                    int beta_f32, void* stream, char* err, int err_len) {
   try {
     fastkda::DecodeParams p;
     p.device = fastkda::Device::kCUDA;

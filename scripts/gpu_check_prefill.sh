@@ -47,7 +47,7 @@ for s in $steps; do
         python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
         export PYTHONPATH=/tmp/site
       fi
-      FLA_FLASH_KDA=0 PYTHONUNBUFFERED=1 timeout 420 python3 bench/bench_prefill.py \
+      FLA_FLASH_KDA=0 PYTHONUNBUFFERED=1 timeout ${FLA_TIMEOUT:-420} python3 bench/bench_prefill.py \
         --fastkda "$OUT/fastkda_bench.txt" --filter "${FLA_FILTER:-}" --out "$OUT/table.md" \
         > "$OUT/fla_bench.log" 2>&1
       summary+="fla rc=$?"$'\n'"$(grep '^|' "$OUT/fla_bench.log" | sort -u)"$'\n' ;;

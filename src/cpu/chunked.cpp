@@ -24,6 +24,14 @@
 //
 // Causality is bitwise: a row's result depends only on rows <= it and on the chunk's start state,
 // and the tile GEMM accumulates every element in a fixed order whatever the tile height.
+//
+// ISA: the library is built for baseline x86-64, so the whole per-item pipeline is an
+// always-inlined template instantiated three times, for SSE2, AVX2+FMA and AVX-512 (target
+// attributes), and picked once per process by CPU feature (forward_chunked). Results are
+// bitwise reproducible on one machine; across ISA levels they differ at fp32 rounding level
+// (FMA contraction), far inside the 1e-5 bound.
+#include "cpu/chunked.h"
+
 #include <cmath>
 #include <vector>
 
@@ -39,17 +47,24 @@ namespace {
 
 constexpr int kChunk = 64;  // C
 constexpr int kBlock = 16;  // sub-block of the chunk: the unit of the decay anchoring
+#define FASTKDA_INLINE [[gnu::always_inline]] inline
 
 // exp(hi - lo) for hi <= lo: the difference of two cumulative sums is taken in double.
-inline float exp_diff(double hi, double lo) { return exp_fast(float(hi - lo)); }
+FASTKDA_INLINE float exp_diff(double hi, double lo) { return exp_fast(float(hi - lo)); }
 
 // dst[c][r] = src[r][c] for a [rows][K] tile (dst leading dimension ldd).
-inline void transpose(const float* src, int rows, int K, float* dst, int ldd) {
+FASTKDA_INLINE void transpose(const float* src, int rows, int K, float* dst, int ldd) {
   for (int r = 0; r < rows; ++r)
     for (int c = 0; c < K; ++c) dst[c * ldd + r] = src[r * K + c];
 }
 
+// 8-lane partial sums (fixed order, vectorisable) reduced to one float.
+FASTKDA_INLINE float lane_sum(const float* l) {
+  return ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7]));
+}
+
 // Per-thread working set of one (sequence, value head) item; row-major tiles, sizes for C = 64.
+// Methods are steps of one chunk, in call order; `Gemm` is the register block of the ISA build.
 struct ChunkWork {
   int K, V;
   std::vector<float> q, k, v, e, beta;  // [C][K], [C][K], [C][V], [C][K] decay exp(a), [C]
@@ -67,189 +82,270 @@ struct ChunkWork {
   std::vector<float> zeros;             // [K] stands in for an absent dt_bias
 
   ChunkWork(int K_, int V_)
-      : K(K_), V(V_), q(kChunk * K), k(kChunk * K), v(kChunk * V), e(kChunk * K), beta(kChunk),
-        G(kChunk * K), qg(kChunk * K), x(kChunk * (K + V)), aneg(kChunk * kChunk),
-        qk(kChunk * kChunk), rowk(kBlock * K), rowq(kBlock * K), colk((kChunk - kBlock) * K),
-        colkt(K * (kChunk - kBlock)), kend(kChunk * K), kendt(K * kChunk), vn(kChunk * V),
-        o(kChunk * V), S(K * V), decay_end(K), g(K), a(K), pair_decay(K), zeros(K) {}
+      : K(K_),
+        V(V_),
+        q(kChunk * K),
+        k(kChunk * K),
+        v(kChunk * V),
+        e(kChunk * K),
+        beta(kChunk),
+        G(kChunk * K),
+        qg(kChunk * K),
+        x(kChunk * (K + V)),
+        aneg(kChunk * kChunk),
+        qk(kChunk * kChunk),
+        rowk(kBlock * K),
+        rowq(kBlock * K),
+        colk((kChunk - kBlock) * K),
+        colkt(K * (kChunk - kBlock)),
+        kend(kChunk * K),
+        kendt(K * kChunk),
+        vn(kChunk * V),
+        o(kChunk * V),
+        S(K * V),
+        decay_end(K),
+        g(K),
+        a(K),
+        pair_decay(K),
+        zeros(K) {}
 
-  void load_rows(const ForwardParams& p, const Strides& s, int h, int64_t t0, int L, int L16);
-  void decay_terms(int L16);
-  void block_scores(int L16);
-  void solve(int L16);
-  void chunk_output(int L16);
-  void update_state(int L16);
-};
-
-// Rows i < L from the caller's tensors, rows L..L16-1 as neutral padding.
-void ChunkWork::load_rows(const ForwardParams& p, const Strides& s, int h, int64_t t0, int L,
-                          int L16) {
-  for (int i = 0; i < L16; ++i) {
-    float* qi = &q[i * K];
-    float* ki = &k[i * K];
-    double* Gi = &G[i * K];
-    if (i < L) {
-      beta[i] = load_token(p, s, t0 + i, h, qi, ki, &v[i * V], g.data());
-      log_decay_fast(p, h, g.data(), zeros.data(), a.data());
-    } else {
-      beta[i] = 0.0f;
-      for (int c = 0; c < K; ++c) qi[c] = ki[c] = a[c] = 0.0f;
-      for (int c = 0; c < V; ++c) v[i * V + c] = 0.0f;
-    }
-    for (int c = 0; c < K; ++c) e[i * K + c] = exp_fast(a[c]);
-    if (i == 0) {
-      for (int c = 0; c < K; ++c) Gi[c] = double(a[c]);
-    } else {
-      const double* Gprev = Gi - K;
-      for (int c = 0; c < K; ++c) Gi[c] = Gprev[c] + double(a[c]);
-    }
-  }
-}
-
-// Cross-chunk factors (all <= 1): q o exp(G), the RHS of W, k o exp(G_last - G), exp(G_last).
-void ChunkWork::decay_terms(int L16) {
-  const double* Glast = &G[(L16 - 1) * K];
-  const int ldx = K + V;
-  for (int i = 0; i < L16; ++i) {
-    const double* Gi = &G[i * K];
-    for (int c = 0; c < K; ++c) {
-      const float eg = exp_fast(float(Gi[c]));
-      qg[i * K + c] = q[i * K + c] * eg;
-      x[i * ldx + c] = -beta[i] * k[i * K + c] * eg;
-      kend[i * K + c] = k[i * K + c] * exp_diff(Glast[c], Gi[c]);
-    }
-    for (int c = 0; c < V; ++c) x[i * ldx + K + c] = beta[i] * v[i * V + c];
-  }
-  transpose(kend.data(), L16, K, kendt.data(), kChunk);
-  for (int c = 0; c < K; ++c) decay_end[c] = exp_fast(float(Glast[c]));
-}
-
-// Aneg = -A and Qk for all rows of the chunk, block row by block row.
-void ChunkWork::block_scores(int L16) {
-  std::fill(aneg.begin(), aneg.end(), 0.0f);
-  std::fill(qk.begin(), qk.end(), 0.0f);
-  for (int b0 = 0; b0 < L16; b0 += kBlock) {
-    // Diagonal block: exact pairwise decays as running products of e_s, s in (j, i].
-    for (int i = b0; i < b0 + kBlock; ++i) {
-      const float* ki = &k[i * K];
-      const float* qi = &q[i * K];
-      qk[i * kChunk + i] = dot(qi, ki, K);
-      float* dij = pair_decay.data();
-      for (int c = 0; c < K; ++c) dij[c] = 1.0f;
-      for (int j = i - 1; j >= b0; --j) {
-        const float* ej = &e[(j + 1) * K];
-        const float* kj = &k[j * K];
-        float sa[8] = {}, sq[8] = {};
-        for (int c = 0; c < K; c += 8)
-          for (int l = 0; l < 8; ++l) {
-            dij[c + l] *= ej[c + l];
-            const float kd = kj[c + l] * dij[c + l];
-            sa[l] += ki[c + l] * kd;
-            sq[l] += qi[c + l] * kd;
-          }
-        const float da = ((sa[0] + sa[4]) + (sa[1] + sa[5])) + ((sa[2] + sa[6]) + (sa[3] + sa[7]));
-        const float dq = ((sq[0] + sq[4]) + (sq[1] + sq[5])) + ((sq[2] + sq[6]) + (sq[3] + sq[7]));
-        aneg[i * kChunk + j] = -beta[i] * da;
-        qk[i * kChunk + j] = dq;
+  // Rows i < L from the caller's tensors, rows L..L16-1 as neutral padding; e = exp(a), G.
+  FASTKDA_INLINE void load_rows(const ForwardParams& p, const Strides& s, int h, int64_t t0, int L,
+                                int L16) {
+    for (int i = 0; i < L16; ++i) {
+      float* qi = &q[i * K];
+      float* ki = &k[i * K];
+      double* Gi = &G[i * K];
+      if (i < L) {
+        beta[i] = load_token(p, s, t0 + i, h, qi, ki, &v[i * V], g.data());
+        log_decay_fast(p, h, g.data(), zeros.data(), a.data());
+      } else {
+        beta[i] = 0.0f;
+        for (int c = 0; c < K; ++c) qi[c] = ki[c] = a[c] = 0.0f;
+        for (int c = 0; c < V; ++c) v[i * V + c] = 0.0f;
+      }
+      for (int c = 0; c < K; ++c) e[i * K + c] = exp_fast(a[c]);
+      if (i == 0) {
+        for (int c = 0; c < K; ++c) Gi[c] = double(a[c]);
+      } else {
+        const double* Gprev = Gi - K;
+        for (int c = 0; c < K; ++c) Gi[c] = Gprev[c] + double(a[c]);
       }
     }
-    if (b0 == 0) continue;
-    // Off-diagonal blocks, anchored at r = b0 - 1.
-    const double* Gr = &G[(b0 - 1) * K];
-    for (int ii = 0; ii < kBlock; ++ii) {
-      const int i = b0 + ii;
+  }
+
+  // Cross-chunk factors (all <= 1): q o exp(G), the RHS of W, k o exp(G_last - G), exp(G_last).
+  FASTKDA_INLINE void decay_terms(int L16) {
+    const double* Glast = &G[(L16 - 1) * K];
+    const int ldx = K + V;
+    for (int i = 0; i < L16; ++i) {
       const double* Gi = &G[i * K];
       for (int c = 0; c < K; ++c) {
-        const float f = exp_diff(Gi[c], Gr[c]);
-        rowk[ii * K + c] = -beta[i] * k[i * K + c] * f;
-        rowq[ii * K + c] = q[i * K + c] * f;
+        const float eg = exp_fast(float(Gi[c]));
+        qg[i * K + c] = q[i * K + c] * eg;
+        x[i * ldx + c] = -beta[i] * k[i * K + c] * eg;
+        kend[i * K + c] = k[i * K + c] * exp_diff(Glast[c], Gi[c]);
+      }
+      for (int c = 0; c < V; ++c) x[i * ldx + K + c] = beta[i] * v[i * V + c];
+    }
+    transpose(kend.data(), L16, K, kendt.data(), kChunk);
+    for (int c = 0; c < K; ++c) decay_end[c] = exp_fast(float(Glast[c]));
+  }
+
+  // Aneg = -A and Qk for all rows of the chunk, block row by block row.
+  template <class Gemm>
+  FASTKDA_INLINE void block_scores(int L16) {
+    std::fill(aneg.begin(), aneg.end(), 0.0f);
+    std::fill(qk.begin(), qk.end(), 0.0f);
+    for (int b0 = 0; b0 < L16; b0 += kBlock) {
+      // Diagonal block: exact pairwise decays as running products of e_s, s in (j, i].
+      for (int i = b0; i < b0 + kBlock; ++i) {
+        const float* ki = &k[i * K];
+        const float* qi = &q[i * K];
+        qk[i * kChunk + i] = dot(qi, ki, K);
+        float* dij = pair_decay.data();
+        for (int c = 0; c < K; ++c) dij[c] = 1.0f;
+        for (int j = i - 1; j >= b0; --j) {
+          const float* ej = &e[(j + 1) * K];
+          const float* kj = &k[j * K];
+          float sa[8] = {}, sq[8] = {};
+          for (int c = 0; c < K; c += 8)
+            for (int l = 0; l < 8; ++l) {
+              dij[c + l] *= ej[c + l];
+              const float kd = kj[c + l] * dij[c + l];
+              sa[l] += ki[c + l] * kd;
+              sq[l] += qi[c + l] * kd;
+            }
+          aneg[i * kChunk + j] = -beta[i] * lane_sum(sa);
+          qk[i * kChunk + j] = lane_sum(sq);
+        }
+      }
+      if (b0 == 0) continue;
+      // Off-diagonal blocks, anchored at r = b0 - 1.
+      const double* Gr = &G[(b0 - 1) * K];
+      for (int ii = 0; ii < kBlock; ++ii) {
+        const int i = b0 + ii;
+        const double* Gi = &G[i * K];
+        for (int c = 0; c < K; ++c) {
+          const float f = exp_diff(Gi[c], Gr[c]);
+          rowk[ii * K + c] = -beta[i] * k[i * K + c] * f;
+          rowq[ii * K + c] = q[i * K + c] * f;
+        }
+      }
+      for (int j = 0; j < b0; ++j) {
+        const double* Gj = &G[j * K];
+        for (int c = 0; c < K; ++c) colk[j * K + c] = k[j * K + c] * exp_diff(Gr[c], Gj[c]);
+      }
+      transpose(colk.data(), b0, K, colkt.data(), b0);
+      gemm_acc<Gemm>(kBlock, b0, K, rowk.data(), K, colkt.data(), b0, &aneg[b0 * kChunk], kChunk);
+      gemm_acc<Gemm>(kBlock, b0, K, rowq.data(), K, colkt.data(), b0, &qk[b0 * kChunk], kChunk);
+    }
+  }
+
+  // (I + A) X = RHS by blocked forward substitution: X = [-W | U].
+  template <class Gemm>
+  FASTKDA_INLINE void solve(int L16) {
+    const int ldx = K + V;
+    for (int b0 = 0; b0 < L16; b0 += kBlock) {
+      if (b0)
+        gemm_acc<Gemm>(kBlock, ldx, b0, &aneg[b0 * kChunk], kChunk, x.data(), ldx, &x[b0 * ldx],
+                       ldx);
+      for (int i = b0 + 1; i < b0 + kBlock; ++i) {
+        float* xi = &x[i * ldx];
+        for (int j = b0; j < i; ++j) {
+          const float aij = aneg[i * kChunk + j];
+          const float* xj = &x[j * ldx];
+          for (int c = 0; c < ldx; ++c) xi[c] += aij * xj[c];
+        }
       }
     }
-    for (int j = 0; j < b0; ++j) {
-      const double* Gj = &G[j * K];
-      for (int c = 0; c < K; ++c) colk[j * K + c] = k[j * K + c] * exp_diff(Gr[c], Gj[c]);
-    }
-    transpose(colk.data(), b0, K, colkt.data(), b0);
-    gemm_acc(kBlock, b0, K, rowk.data(), K, colkt.data(), b0, &aneg[b0 * kChunk], kChunk);
-    gemm_acc(kBlock, b0, K, rowq.data(), K, colkt.data(), b0, &qk[b0 * kChunk], kChunk);
   }
-}
 
-// (I + A) X = RHS by blocked forward substitution: X = [-W | U].
-void ChunkWork::solve(int L16) {
-  const int ldx = K + V;
-  for (int b0 = 0; b0 < L16; b0 += kBlock) {
-    if (b0) gemm_acc(kBlock, ldx, b0, &aneg[b0 * kChunk], kChunk, x.data(), ldx, &x[b0 * ldx], ldx);
-    for (int i = b0 + 1; i < b0 + kBlock; ++i) {
-      float* xi = &x[i * ldx];
-      for (int j = b0; j < i; ++j) {
-        const float aij = aneg[i * kChunk + j];
-        const float* xj = &x[j * ldx];
-        for (int c = 0; c < ldx; ++c) xi[c] += aij * xj[c];
-      }
-    }
+  // Vn = U - W S and the unscaled output O = (q o exp(G)) S + Qk Vn.
+  template <class Gemm>
+  FASTKDA_INLINE void chunk_output(int L16) {
+    const int ldx = K + V;
+    for (int i = 0; i < L16; ++i)
+      for (int c = 0; c < V; ++c) vn[i * V + c] = x[i * ldx + K + c];
+    gemm_acc<Gemm>(L16, V, K, x.data(), ldx, S.data(), V, vn.data(), V);
+    std::fill(o.begin(), o.begin() + L16 * V, 0.0f);
+    gemm_acc<Gemm>(L16, V, K, qg.data(), K, S.data(), V, o.data(), V);
+    for (int b0 = 0; b0 < L16; b0 += kBlock)
+      gemm_acc<Gemm>(kBlock, V, b0 + kBlock, &qk[b0 * kChunk], kChunk, vn.data(), V, &o[b0 * V], V);
   }
-}
 
-// Vn = U - W S and the unscaled output O = (q o exp(G)) S + Qk Vn.
-void ChunkWork::chunk_output(int L16) {
-  const int ldx = K + V;
-  for (int i = 0; i < L16; ++i)
-    for (int c = 0; c < V; ++c) vn[i * V + c] = x[i * ldx + K + c];
-  gemm_acc(L16, V, K, x.data(), ldx, S.data(), V, vn.data(), V);
-  std::fill(o.begin(), o.begin() + L16 * V, 0.0f);
-  gemm_acc(L16, V, K, qg.data(), K, S.data(), V, o.data(), V);
-  for (int b0 = 0; b0 < L16; b0 += kBlock)
-    gemm_acc(kBlock, V, b0 + kBlock, &qk[b0 * kChunk], kChunk, vn.data(), V, &o[b0 * V], V);
-}
+  // S <- Diag(exp(G_last)) S + (k o exp(G_last - G))^T Vn.
+  template <class Gemm>
+  FASTKDA_INLINE void update_state(int L16) {
+    for (int c = 0; c < K; ++c)
+      for (int j = 0; j < V; ++j) S[c * V + j] *= decay_end[c];
+    gemm_acc<Gemm>(K, V, L16, kendt.data(), kChunk, vn.data(), V, S.data(), V);
+  }
+};
 
-// S <- Diag(exp(G_last)) S + (k o exp(G_last - G))^T Vn.
-void ChunkWork::update_state(int L16) {
-  for (int c = 0; c < K; ++c)
-    for (int j = 0; j < V; ++j) S[c * V + j] *= decay_end[c];
-  gemm_acc(K, V, L16, kendt.data(), kChunk, vn.data(), V, S.data(), V);
-}
-
-}  // namespace
-
-void forward_chunked(const ForwardParams& p) {
+// One work item: sequence n = item / HV, value head h = item % HV.
+template <class Gemm>
+FASTKDA_INLINE void run_item(const ForwardParams& p, ChunkWork& w, int64_t item) {
+  FlushDenormals ftz;
   const int K = p.K, V = p.V, HV = p.HV;
   const Strides s = token_strides(p);
   const float scale = effective_scale(p);
+  const int64_t n = item / HV;
+  const int h = int(item % HV);
+  const int64_t slot = p.state_indices ? int64_t(p.state_indices[n]) : n;
+  const int64_t soff = state_matrix_offset(slot, h, HV, K, V);
+  load_state(slot >= 0 ? p.initial_state : nullptr, p.initial_state_dtype, p.state_layout, soff, K,
+             V, w.S.data(), StateLayout::kKFirst);
+
+  int64_t begin, end;
+  sequence_range(p, n, &begin, &end);
+  for (int64_t t0 = begin; t0 < end; t0 += kChunk) {
+    const int L = int(std::min<int64_t>(kChunk, end - t0));
+    const int L16 = (L + kBlock - 1) / kBlock * kBlock;
+    w.load_rows(p, s, h, t0, L, L16);
+    w.decay_terms(L16);
+    w.block_scores<Gemm>(L16);
+    w.solve<Gemm>(L16);
+    w.chunk_output<Gemm>(L16);
+    w.update_state<Gemm>(L16);
+    for (int i = 0; i < L; ++i) {
+      const int64_t o0 = (t0 + i) * s.out + int64_t(h) * V;
+      for (int c = 0; c < V; ++c) store_float(p.out, p.io_dtype, o0 + c, scale * w.o[i * V + c]);
+    }
+  }
+  if (slot >= 0 && p.final_state)
+    store_state(w.S.data(), StateLayout::kKFirst, p.final_state, p.final_state_dtype,
+                p.state_layout, soff, K, V);
+}
+
+using ItemRunner = void (*)(const ForwardParams&, ChunkWork&, int64_t);
+
+void run_item_sse2(const ForwardParams& p, ChunkWork& w, int64_t item) {
+  run_item<GemmSse2>(p, w, item);
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+[[gnu::target("avx2,fma")]] void run_item_avx2(const ForwardParams& p, ChunkWork& w, int64_t item) {
+  run_item<GemmAvx2>(p, w, item);
+}
+[[gnu::target("avx512f,avx512vl,avx2,fma")]] void run_item_avx512(const ForwardParams& p,
+                                                                  ChunkWork& w, int64_t item) {
+  run_item<GemmAvx512>(p, w, item);
+}
+#endif
+
+}  // namespace
+
+const char* to_string(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::kSse2:
+      return "sse2";
+    case CpuIsa::kAvx2:
+      return "avx2+fma";
+    case CpuIsa::kAvx512:
+      return "avx512";
+  }
+  return "unknown isa";
+}
+
+bool cpu_supports(CpuIsa isa) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  __builtin_cpu_init();
+  switch (isa) {
+    case CpuIsa::kSse2:
+      return true;
+    case CpuIsa::kAvx2:
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case CpuIsa::kAvx512:
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+             cpu_supports(CpuIsa::kAvx2);
+  }
+  return false;
+#else
+  return isa == CpuIsa::kSse2;  // other targets: the portable build (128-bit vectors)
+#endif
+}
+
+void forward_chunked_isa(const ForwardParams& p, CpuIsa isa) {
+  FASTKDA_CHECK(cpu_supports(isa), "isa: expected one this CPU supports, got ", to_string(isa));
+  ItemRunner run = run_item_sse2;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  if (isa == CpuIsa::kAvx2) run = run_item_avx2;
+  if (isa == CpuIsa::kAvx512) run = run_item_avx512;
+#endif
+  const int K = p.K, V = p.V;
   const int64_t N = num_sequences(p);
   const double cost = double(p.B * p.T + N) / double(N ? N : 1) * 4.0 * K * V;
-
-  parallel_items(N * HV, cost, 4e6, [&] {
-    return [&, w = ChunkWork(K, V)](int64_t item) mutable {
-      FlushDenormals ftz;
-      const int64_t n = item / HV;
-      const int h = int(item % HV);
-      const int64_t slot = p.state_indices ? int64_t(p.state_indices[n]) : n;
-      const int64_t soff = state_matrix_offset(slot, h, HV, K, V);
-      load_state(slot >= 0 ? p.initial_state : nullptr, p.initial_state_dtype, p.state_layout,
-                 soff, K, V, w.S.data(), StateLayout::kKFirst);
-
-      int64_t begin, end;
-      sequence_range(p, n, &begin, &end);
-      for (int64_t t0 = begin; t0 < end; t0 += kChunk) {
-        const int L = int(std::min<int64_t>(kChunk, end - t0));
-        const int L16 = (L + kBlock - 1) / kBlock * kBlock;
-        w.load_rows(p, s, h, t0, L, L16);
-        w.decay_terms(L16);
-        w.block_scores(L16);
-        w.solve(L16);
-        w.chunk_output(L16);
-        w.update_state(L16);
-        for (int i = 0; i < L; ++i) {
-          const int64_t o0 = (t0 + i) * s.out + int64_t(h) * V;
-          for (int c = 0; c < V; ++c) store_float(p.out, p.io_dtype, o0 + c, scale * w.o[i * V + c]);
-        }
-      }
-      if (slot >= 0 && p.final_state)
-        store_state(w.S.data(), StateLayout::kKFirst, p.final_state, p.final_state_dtype,
-                    p.state_layout, soff, K, V);
-    };
+  parallel_items(N * p.HV, cost, 4e6, [&] {
+    return [&, w = ChunkWork(K, V)](int64_t item) mutable { run(p, w, item); };
   });
+}
+
+void forward_chunked(const ForwardParams& p) {
+  static const CpuIsa best = cpu_supports(CpuIsa::kAvx512) ? CpuIsa::kAvx512
+                             : cpu_supports(CpuIsa::kAvx2) ? CpuIsa::kAvx2
+                                                           : CpuIsa::kSse2;
+  forward_chunked_isa(p, best);
 }
 
 }  // namespace fastkda::cpu

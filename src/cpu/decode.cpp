@@ -57,8 +57,8 @@ void decode(const DecodeParams& p) {
 
         const int64_t write_slot = p.per_token_states ? int64_t(p.slots[n * ss + t]) : -1;
         if (write_slot >= 0)
-          store_state(St.data(), StateLayout::kVFirst, p.state_pool, p.state_dtype,
-                      p.state_layout, state_matrix_offset(write_slot, h, HV, K, V), K, V);
+          store_state(St.data(), StateLayout::kVFirst, p.state_pool, p.state_dtype, p.state_layout,
+                      state_matrix_offset(write_slot, h, HV, K, V), K, V);
       }
       if (!p.per_token_states)
         store_state(St.data(), StateLayout::kVFirst, p.state_pool, p.state_dtype, p.state_layout,

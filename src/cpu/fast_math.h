@@ -29,8 +29,8 @@ inline float exp_fast(float x) {
   constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
   constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
   const uint32_t bx = std::bit_cast<uint32_t>(x);
-  const bool tiny = bx > kLo;                     // x < -87.3 (sign set, larger magnitude)
-  const bool huge = int32_t(bx) > int32_t(kHi);   // x > 88.3
+  const bool tiny = bx > kLo;                    // x < -87.3 (sign set, larger magnitude)
+  const bool huge = int32_t(bx) > int32_t(kHi);  // x > 88.3
   const float xc = std::bit_cast<float>(select_bits(tiny, kLo, select_bits(huge, kHi, bx)));
   const float n = (xc * kLog2e + kRound) - kRound;
   const float r = (xc - n * kLn2Hi) - n * kLn2Lo;

@@ -10,6 +10,7 @@
 // held to RMS-rel <= 1e-5.
 #include <cstdio>
 
+#include "cpu/chunked.h"
 #include "test_util.h"
 
 namespace fastkda_test {
@@ -67,12 +68,12 @@ TEST_P(ChunkedGrid, MatchesOracle) {
   check_against_oracle(grid_config(std::get<0>(GetParam()), std::get<1>(GetParam())));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    GateByT, ChunkedGrid, ::testing::Combine(::testing::Range(0, 4), ::testing::Range(0, 8)),
-    [](const ::testing::TestParamInfo<std::tuple<int, int>>& info) {
-      return std::string(kGates[std::get<0>(info.param)].name) + "_T" +
-             std::to_string(kTs[std::get<1>(info.param)]);
-    });
+INSTANTIATE_TEST_SUITE_P(GateByT, ChunkedGrid,
+                         ::testing::Combine(::testing::Range(0, 4), ::testing::Range(0, 8)),
+                         [](const ::testing::TestParamInfo<std::tuple<int, int>>& info) {
+                           return std::string(kGates[std::get<0>(info.param)].name) + "_T" +
+                                  std::to_string(kTs[std::get<1>(info.param)]);
+                         });
 
 // ---- targeted axes ----------------------------------------------------------------------------
 TEST(Chunked, VarlenWithEmptyAndOneTokenSequences) {
@@ -88,6 +89,17 @@ TEST(Chunked, VarlenWithEmptyAndOneTokenSequences) {
     c.layout = gi / 2 ? StateLayout::kKFirst : StateLayout::kVFirst;
     check_against_oracle(c);
   }
+}
+
+TEST(Chunked, ManyShortSequences) {
+  Config c;
+  std::mt19937 gen(uint32_t(fresh_seed()));
+  for (int n = 0; n < 256; ++n) c.seqlens.push_back(int64_t(gen() % 41));  // 0..40 tokens
+  c.cu_dtype = DType::kI64;
+  c.H = 1;
+  c.HV = 2;
+  c.extreme_gates = 0.05;
+  check_against_oracle(c);
 }
 
 TEST(Chunked, StateAndIoDtypes) {
@@ -146,6 +158,38 @@ TEST(Chunked, ExtremeGates) {
       c.extreme_gates = fraction;
       check_against_oracle(c);
     }
+}
+
+// The chunked path is built once per x86 ISA level (SSE2, AVX2+FMA, AVX-512) and the public API
+// runs the best one; here every build this CPU can run is checked against the oracle, so the
+// builds a CI machine would not pick are still covered where they can run.
+TEST(Chunked, EveryIsaBuildMatchesOracle) {
+  using fastkda::cpu::CpuIsa;
+  Config c;
+  c.seqlens = {1, 0, 100, 64, 17};
+  c.H = 2;
+  c.HV = 4;
+  c.K = 64;
+  c.V = 128;
+  c.extreme_gates = 0.1;
+  c.layout = StateLayout::kKFirst;
+  const Problem p(c);
+  const Result ref = run(p, Algorithm::kRecurrent);
+  int tested = 0;
+  for (CpuIsa isa : {CpuIsa::kSse2, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    if (!fastkda::cpu::cpu_supports(isa)) continue;
+    const std::string desc = p.describe() + " isa=" + fastkda::cpu::to_string(isa);
+    SCOPED_TRACE(desc);
+    std::printf("  %s\n", desc.c_str());
+    Result got{Buf(p.c.io, ref.out.size(), NAN), Buf(p.c.state_dtype, ref.state.size(), NAN)};
+    const fastkda::ForwardParams prm = p.params(Algorithm::kChunked, got.out, &got.state);
+    fastkda::validate(prm);
+    fastkda::cpu::forward_chunked_isa(prm, isa);
+    expect_matches_oracle(got.out, ref.out, "out", desc);
+    expect_matches_oracle(got.state, ref.state, "state", desc);
+    ++tested;
+  }
+  EXPECT_GE(tested, 1);
 }
 
 }  // namespace

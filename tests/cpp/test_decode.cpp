@@ -54,7 +54,8 @@ TEST(Decode, EqualsRecurrentForwardWithPaddingRows) {
         Buf pool(pool_dtype, size_t(num_slots * sw), kSentinel);
         for (int64_t n = 0; n < c.B; ++n)
           if (slot_of[n] >= 0)
-            for (int64_t i = 0; i < sw; ++i) pool.set(size_t(slot_of[n] * sw + i), p.s0.get(size_t(n * sw + i)));
+            for (int64_t i = 0; i < sw; ++i)
+              pool.set(size_t(slot_of[n] * sw + i), p.s0.get(size_t(n * sw + i)));
         const Buf before = pool;
         Buf out(c.io, size_t(c.rows() * ow), std::numeric_limits<float>::quiet_NaN());
         fastkda::decode(decode_params(p, out, pool, num_slots, slot_of, 1));
@@ -104,7 +105,8 @@ TEST(Decode, PerTokenStatesAndNumAccepted) {
     const int64_t num_slots = 16;
     std::vector<int32_t> slots(size_t(c.B * stride));
     for (int64_t n = 0; n < c.B; ++n) {
-      for (int64_t t = 0; t < tokens; ++t) slots[size_t(n * stride + t)] = int32_t(15 - (n * tokens + t));
+      for (int64_t t = 0; t < tokens; ++t)
+        slots[size_t(n * stride + t)] = int32_t(15 - (n * tokens + t));
       slots[size_t(n * stride + tokens)] = 123456;  // beyond `tokens` columns: never read
     }
     slots[2 * stride + 1] = -1;  // row 2 keeps no state after its second token
@@ -128,14 +130,16 @@ TEST(Decode, PerTokenStatesAndNumAccepted) {
 
     std::vector<bool> written(num_slots, false);
     for (int64_t n = 0; n < c.B; ++n) {
-      const Result whole = run(sub_problem(p, n * tokens, (n + 1) * tokens, &s0, n), Algorithm::kRecurrent);
+      const Result whole =
+          run(sub_problem(p, n * tokens, (n + 1) * tokens, &s0, n), Algorithm::kRecurrent);
       EXPECT_TRUE(bitwise_equal(rows_of(out, n * tokens, (n + 1) * tokens, ow), whole.out.floats()))
           << "out of row " << n;
       for (int64_t t = 0; t < tokens; ++t) {
         const int64_t s = slots[size_t(n * stride + t)];
         if (s < 0) continue;
         written[s] = true;
-        const Result prefix = run(sub_problem(p, n * tokens, n * tokens + t + 1, &s0, n), Algorithm::kRecurrent);
+        const Result prefix =
+            run(sub_problem(p, n * tokens, n * tokens + t + 1, &s0, n), Algorithm::kRecurrent);
         EXPECT_TRUE(bitwise_equal(rows_of(pool, s, s + 1, sw), prefix.state.floats()))
             << "slot " << s << " must hold row " << n << "'s state after token " << t;
       }
@@ -168,7 +172,8 @@ TEST(Decode, PrefillThenDecodeEqualsLongerPrefill) {
   const std::vector<int32_t> slots = {int32_t(slot)};
   int64_t t0 = T1;
   for (int64_t step : {1, 1, 1, 4}) {
-    Problem rows = sub_problem(p, t0, t0 + step, nullptr, 0);  // [1, step, ...] = decode's [N=1, tokens]
+    Problem rows =
+        sub_problem(p, t0, t0 + step, nullptr, 0);  // [1, step, ...] = decode's [N=1, tokens]
     Buf o(c.io, size_t(step * ow));
     fastkda::decode(decode_params(rows, o, pool, 4, slots, 1));
     const std::vector<float> of = o.floats();

@@ -58,10 +58,12 @@ TEST(Invariants, SplitPrefillEqualsWhole) {
     std::vector<float> out = a.out.floats();
     const std::vector<float> tail = b.out.floats();
     out.insert(out.end(), tail.begin(), tail.end());
-    const Err eo = compare(out, whole.out.floats()), es = compare(b.state.floats(), whole.state.floats());
+    const Err eo = compare(out, whole.out.floats()),
+              es = compare(b.state.floats(), whole.state.floats());
     EXPECT_LE(eo.rms_rel, kRmsTol) << "out vs whole: " << eo;
     EXPECT_LE(es.rms_rel, kRmsTol) << "state vs whole: " << es;
-    const Err ro = compare(out, ref.out.floats()), rs = compare(b.state.floats(), ref.state.floats());
+    const Err ro = compare(out, ref.out.floats()),
+              rs = compare(b.state.floats(), ref.state.floats());
     EXPECT_LE(ro.rms_rel, kRmsTol) << "out vs oracle: " << ro;
     EXPECT_LE(rs.rms_rel, kRmsTol) << "state vs oracle: " << rs;
     // The first part is causal: its outputs are the whole run's first T1 rows, bit for bit.
@@ -101,7 +103,8 @@ TEST(Invariants, Causality) {
         const Result r = run(changed, alg);
         EXPECT_TRUE(bitwise_equal(rows_of(r.out, 0, t + 1, ow), rows_of(base.out, 0, t + 1, ow)))
             << "an output row <= t changed when only tokens > t changed";
-        EXPECT_FALSE(bitwise_equal(rows_of(r.out, t + 1, c.T, ow), rows_of(base.out, t + 1, c.T, ow)))
+        EXPECT_FALSE(
+            bitwise_equal(rows_of(r.out, t + 1, c.T, ow), rows_of(base.out, t + 1, c.T, ow)))
             << "the change of tokens > t did not reach the output (test is not testing anything)";
       }
     }
@@ -160,9 +163,8 @@ TEST(Invariants, StateIndicesPool) {
       fastkda::forward(prm);
 
       for (size_t n = 0; n < idx.size(); ++n) {
-        const Result one = run(sub_problem(p, p.cu64[n], p.cu64[n + 1],
-                                           idx[n] >= 0 ? &before : nullptr, idx[n]),
-                               alg);
+        const Result one = run(
+            sub_problem(p, p.cu64[n], p.cu64[n + 1], idx[n] >= 0 ? &before : nullptr, idx[n]), alg);
         EXPECT_TRUE(bitwise_equal(one.out.floats(), rows_of(out, p.cu64[n], p.cu64[n + 1], ow)))
             << "out of sequence " << n;
         if (idx[n] >= 0)
@@ -209,7 +211,8 @@ TEST(Invariants, StridedInputsEqualDense) {
   auto widen = [](const Buf& b, int64_t rows, int64_t width, int64_t stride) {
     Buf w(b.dtype, size_t(rows * stride), 777.0f);
     for (int64_t r = 0; r < rows; ++r)
-      for (int64_t i = 0; i < width; ++i) w.set(size_t(r * stride + i), b.get(size_t(r * width + i)));
+      for (int64_t i = 0; i < width; ++i)
+        w.set(size_t(r * stride + i), b.get(size_t(r * width + i)));
     return w;
   };
   const int64_t R = c.rows(), qw = c.H * c.K, vw = c.HV * c.V, gw = c.HV * c.K;
@@ -219,8 +222,15 @@ TEST(Invariants, StridedInputsEqualDense) {
     const Result dense = run(p, alg);
     Result r{Buf(c.io, dense.out.size()), Buf(c.state_dtype, dense.state.size())};
     fastkda::ForwardParams prm = p.params(alg, r.out, &r.state);
-    prm.q = q.data(); prm.k = k.data(); prm.v = v.data(); prm.g = g.data(); prm.beta = beta.data();
-    prm.q_stride = qw + 8; prm.k_stride = qw + 72; prm.v_stride = vw + 16; prm.g_stride = 2 * gw;
+    prm.q = q.data();
+    prm.k = k.data();
+    prm.v = v.data();
+    prm.g = g.data();
+    prm.beta = beta.data();
+    prm.q_stride = qw + 8;
+    prm.k_stride = qw + 72;
+    prm.v_stride = vw + 16;
+    prm.g_stride = 2 * gw;
     prm.beta_stride = c.HV + 3;
     fastkda::forward(prm);
     EXPECT_TRUE(bitwise_equal(r.out.floats(), dense.out.floats())) << fastkda::to_string(alg);
@@ -241,7 +251,8 @@ TEST(Adversarial, IdenticalKeys) {
       c.K = c.V = 128;
       c.gate = gate;
       Problem p(c);
-      const int64_t t0 = run_len == 32 ? 10 : 64;  // inside one chunk across sub-blocks / a whole chunk
+      const int64_t t0 =
+          run_len == 32 ? 10 : 64;  // inside one chunk across sub-blocks / a whole chunk
       for (int64_t t = t0; t < t0 + run_len; ++t) {
         for (int64_t i = 0; i < c.H * c.K; ++i)
           p.k.set(size_t(t * c.H * c.K + i), p.k.get(size_t(t0 * c.H * c.K + i)));

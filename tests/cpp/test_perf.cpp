@@ -28,11 +28,13 @@ TEST(Perf, ChunkedForwardT8192H32) {
   const fastkda::ForwardParams prm = p.params(Algorithm::kChunked, out, &state);
   const auto t0 = std::chrono::steady_clock::now();
   fastkda::forward(prm);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double tokens_per_s = double(c.T) / seconds;
-  std::printf("[perf] CPU chunked forward B=1 T=%lld H=HV=%d K=V=%d softplus bf16: %.3f s "
-              "(%.0f tokens/s, %u hardware threads)\n",
-              (long long)c.T, c.HV, c.K, seconds, tokens_per_s, std::thread::hardware_concurrency());
+  std::printf(
+      "[perf] CPU chunked forward B=1 T=%lld H=HV=%d K=V=%d softplus bf16: %.3f s "
+      "(%.0f tokens/s, %u hardware threads)\n",
+      (long long)c.T, c.HV, c.K, seconds, tokens_per_s, std::thread::hardware_concurrency());
   EXPECT_LT(seconds, kBudgetSeconds) << "the CPU chunked forward is too slow";
 
   const Err all_finite = compare(out.floats(), out.floats());

@@ -9,16 +9,18 @@ namespace fastkda_test {
 std::string describe(const Config& c) {
   std::ostringstream os;
   os << "B=" << c.B << " T=" << c.T << " H=" << c.H << " HV=" << c.HV << " K=" << c.K
-     << " V=" << c.V << " io=" << fastkda::to_string(c.io) << " gate=" << fastkda::to_string(c.gate);
+     << " V=" << c.V << " io=" << fastkda::to_string(c.io)
+     << " gate=" << fastkda::to_string(c.gate);
   if (c.gate == GateMode::kBounded) os << "(" << c.lower_bound << ")";
   if (c.extreme_gates > 0) os << " extreme_gates=" << c.extreme_gates;
   os << " beta=" << fastkda::to_string(c.beta_mode) << " l2norm=" << c.l2norm
      << " state=" << (c.initial_state ? "" : "none->") << fastkda::to_string(c.state_dtype) << "/"
      << fastkda::to_string(c.layout);
   if (!c.seqlens.empty()) {
-    os << " seqlens=[";
-    for (size_t i = 0; i < c.seqlens.size(); ++i) os << (i ? "," : "") << c.seqlens[i];
-    os << "] cu=" << fastkda::to_string(c.cu_dtype);
+    os << " seqlens(" << c.seqlens.size() << ")=[";
+    for (size_t i = 0; i < std::min<size_t>(c.seqlens.size(), 12); ++i)
+      os << (i ? "," : "") << c.seqlens[i];
+    os << (c.seqlens.size() > 12 ? ",...] cu=" : "] cu=") << fastkda::to_string(c.cu_dtype);
   }
   return os.str();
 }
@@ -82,10 +84,18 @@ std::string Problem::describe() const {
 fastkda::ForwardParams Problem::params(Algorithm alg, Buf& out, Buf* final_state) const {
   fastkda::ForwardParams p;
   p.device = fastkda::Device::kCPU;
-  p.H = c.H; p.HV = c.HV; p.K = c.K; p.V = c.V;
-  p.io_dtype = c.io; p.g_dtype = c.g_dtype; p.beta_dtype = c.beta_dtype;
+  p.H = c.H;
+  p.HV = c.HV;
+  p.K = c.K;
+  p.V = c.V;
+  p.io_dtype = c.io;
+  p.g_dtype = c.g_dtype;
+  p.beta_dtype = c.beta_dtype;
   auto& self = const_cast<Problem&>(*this);  // the API takes const void* inputs
-  p.q = self.q.data(); p.k = self.k.data(); p.v = self.v.data(); p.g = self.g.data();
+  p.q = self.q.data();
+  p.k = self.k.data();
+  p.v = self.v.data();
+  p.g = self.g.data();
   p.beta = self.beta.data();
   p.out = out.data();
   p.gate_mode = c.gate;
@@ -95,7 +105,8 @@ fastkda::ForwardParams Problem::params(Algorithm alg, Buf& out, Buf* final_state
   p.beta_mode = c.beta_mode;
   p.l2norm_qk = c.l2norm;
   p.scale = c.scale;
-  p.B = c.B; p.T = c.T;
+  p.B = c.B;
+  p.T = c.T;
   if (!c.seqlens.empty()) {
     p.N = int64_t(c.seqlens.size());
     p.cu_seqlens_dtype = c.cu_dtype;

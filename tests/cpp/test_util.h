@@ -37,13 +37,19 @@ struct Buf {
   std::vector<uint16_t> h;
   Buf() = default;
   Buf(DType d, size_t n, float fill = 0.0f) : dtype(d) {
-    if (d == DType::kF32) f.assign(n, fill); else h.assign(n, fastkda::float_to_bf16(fill));
+    if (d == DType::kF32)
+      f.assign(n, fill);
+    else
+      h.assign(n, fastkda::float_to_bf16(fill));
   }
   size_t size() const { return dtype == DType::kF32 ? f.size() : h.size(); }
   void* data() { return dtype == DType::kF32 ? (void*)f.data() : (void*)h.data(); }
   float get(size_t i) const { return dtype == DType::kF32 ? f[i] : fastkda::bf16_to_float(h[i]); }
   void set(size_t i, float x) {  // bf16: rounded once, so both paths see identical inputs
-    if (dtype == DType::kF32) f[i] = x; else h[i] = fastkda::float_to_bf16(x);
+    if (dtype == DType::kF32)
+      f[i] = x;
+    else
+      h[i] = fastkda::float_to_bf16(x);
   }
   std::vector<float> floats() const {
     std::vector<float> r(size());

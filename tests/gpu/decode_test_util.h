@@ -70,8 +70,8 @@ inline std::string describe(const Case& c, uint64_t seed) {
      << " A_log=" << c.A_log << " dt_bias=" << c.dt_bias
      << " beta_mode=" << fastkda::to_string(c.beta_mode) << " strided=" << c.strided
      << " padding=" << c.padding << " per_token=" << c.per_token
-     << " num_accepted=" << c.num_accepted << " extreme=" << c.extreme_gates
-     << " seed=" << seed << " (FASTKDA_TEST_SEED)";
+     << " num_accepted=" << c.num_accepted << " extreme=" << c.extreme_gates << " seed=" << seed
+     << " (FASTKDA_TEST_SEED)";
   return os.str();
 }
 
@@ -82,15 +82,23 @@ struct HostBuf {
   std::vector<uint16_t> h;
   HostBuf() = default;
   HostBuf(DType d, size_t n) : dtype(d) {
-    if (d == DType::kF32) f.assign(n, 0.f); else h.assign(n, 0);
+    if (d == DType::kF32)
+      f.assign(n, 0.f);
+    else
+      h.assign(n, 0);
   }
   size_t size() const { return dtype == DType::kF32 ? f.size() : h.size(); }
   size_t bytes() const { return size() * fastkda::dtype_size(dtype); }
   void* data() { return dtype == DType::kF32 ? (void*)f.data() : (void*)h.data(); }
-  const void* data() const { return dtype == DType::kF32 ? (const void*)f.data() : (const void*)h.data(); }
+  const void* data() const {
+    return dtype == DType::kF32 ? (const void*)f.data() : (const void*)h.data();
+  }
   float get(size_t i) const { return dtype == DType::kF32 ? f[i] : fastkda::bf16_to_float(h[i]); }
   void set(size_t i, float x) {
-    if (dtype == DType::kF32) f[i] = x; else h[i] = fastkda::float_to_bf16(x);
+    if (dtype == DType::kF32)
+      f[i] = x;
+    else
+      h[i] = fastkda::float_to_bf16(x);
   }
   bool operator==(const HostBuf& o) const { return dtype == o.dtype && f == o.f && h == o.h; }
 };
@@ -127,7 +135,7 @@ struct Problem {
   Case c;
   uint64_t seed;
   int64_t q_stride, k_stride, v_stride, g_stride, beta_stride;  // elements
-  HostBuf q, k, v, g, beta;  // [N * tokens, stride]
+  HostBuf q, k, v, g, beta;                                     // [N * tokens, stride]
   std::vector<float> A_log, dt_bias;
   HostBuf pool;  // [num_slots, HV, K * V]
   int64_t num_slots, slot_stride;
@@ -277,10 +285,10 @@ inline Result run_cpu(const Problem& p, const HostBuf* pool_in = nullptr) {
   const HostBuf& pool0 = pool_in ? *pool_in : p.pool;
   Result r{HostBuf(DType::kBF16, p.out_elems()), pool0};
   std::fill(r.out.h.begin(), r.out.h.end(), uint16_t(0x7fc0));
-  fastkda::decode(p.params({p.q.data(), p.k.data(), p.v.data(), p.g.data(), p.beta.data(),
-                            p.A_log.data(), p.dt_bias.data(), r.out.data(), r.pool.data(),
-                            p.slots.data(), p.accepted.data()},
-                           fastkda::Device::kCPU));
+  fastkda::decode(
+      p.params({p.q.data(), p.k.data(), p.v.data(), p.g.data(), p.beta.data(), p.A_log.data(),
+                p.dt_bias.data(), r.out.data(), r.pool.data(), p.slots.data(), p.accepted.data()},
+               fastkda::Device::kCPU));
   return r;
 }
 
@@ -291,11 +299,10 @@ inline Result run_oracle(const Problem& p) {
   std::fill(r.out.h.begin(), r.out.h.end(), uint16_t(0x7fc0));
   std::vector<int32_t> idx(size_t(p.c.N));
   for (int64_t n = 0; n < p.c.N; ++n) idx[n] = p.read_slot(n);
-  fastkda::DecodeParams d = p.params({p.q.data(), p.k.data(), p.v.data(), p.g.data(),
-                                      p.beta.data(), p.A_log.data(), p.dt_bias.data(),
-                                      r.out.data(), r.pool.data(), p.slots.data(),
-                                      p.accepted.data()},
-                                     fastkda::Device::kCPU);
+  fastkda::DecodeParams d =
+      p.params({p.q.data(), p.k.data(), p.v.data(), p.g.data(), p.beta.data(), p.A_log.data(),
+                p.dt_bias.data(), r.out.data(), r.pool.data(), p.slots.data(), p.accepted.data()},
+               fastkda::Device::kCPU);
   fastkda::ForwardParams f;
   static_cast<fastkda::KdaInputs&>(f) = static_cast<const fastkda::KdaInputs&>(d);
   f.B = p.c.N, f.T = p.c.tokens;

@@ -60,13 +60,12 @@ void check_against_cpu(const Problem& p, const Result& gpu, const Result& cpu) {
     if (written[s]) continue;
     for (int64_t i = 0; i < matrix; ++i) {
       const size_t e = size_t(s * matrix + i);
-      const bool same = p.pool.dtype == DType::kF32 ? gpu.pool.f[e] == p.pool.f[e]
-                                                     : gpu.pool.h[e] == p.pool.h[e];
+      const bool same =
+          p.pool.dtype == DType::kF32 ? gpu.pool.f[e] == p.pool.f[e] : gpu.pool.h[e] == p.pool.h[e];
       ASSERT_TRUE(same) << "slot " << s << " (not addressed) changed at element " << i;
     }
   }
-  std::printf("  [%s] out %s | state %s\n", p.describe().c_str(),
-              str(eo).c_str(), str(es).c_str());
+  std::printf("  [%s] out %s | state %s\n", p.describe().c_str(), str(eo).c_str(), str(es).c_str());
 }
 
 void run_case(const Case& c) {
@@ -171,8 +170,7 @@ TEST(DecodeGpu, EqualsRecurrentPrefillOracle) {
       EXPECT_LE(eo.rms_rel, kOutTol) << "out " << eo;
       EXPECT_LE(es.rms_rel, state_tol(c)) << "state " << es;
       std::printf("  oracle tokens=%d %s: out %s | state %s\n", tokens, to_string(layout),
-                  str(eo).c_str(),
-                  str(es).c_str());
+                  str(eo).c_str(), str(es).c_str());
     }
 }
 
@@ -202,13 +200,13 @@ TEST(DecodeGpu, PerTokenStatesEqualStepByStep) {
       auto at = [t](const DeviceBuf& b, int64_t stride, size_t esize) {
         return static_cast<const char*>(b.get()) + size_t(t * stride) * esize;
       };
-      dp = p1.params({at(d.q, p.q_stride, 2), at(d.k, p.k_stride, 2), at(d.v, p.v_stride, 2),
-                      at(d.g, p.g_stride, fastkda::dtype_size(c.g_dtype)),
-                      at(d.beta, p.beta_stride, fastkda::dtype_size(c.beta_dtype)),
-                      static_cast<const float*>(d.A_log.get()),
-                      static_cast<const float*>(d.dt_bias.get()), out.get(), dpool.get(),
-                      static_cast<const int32_t*>(d.slots.get()), nullptr},
-                     fastkda::Device::kCUDA);
+      dp = p1.params(
+          {at(d.q, p.q_stride, 2), at(d.k, p.k_stride, 2), at(d.v, p.v_stride, 2),
+           at(d.g, p.g_stride, fastkda::dtype_size(c.g_dtype)),
+           at(d.beta, p.beta_stride, fastkda::dtype_size(c.beta_dtype)),
+           static_cast<const float*>(d.A_log.get()), static_cast<const float*>(d.dt_bias.get()),
+           out.get(), dpool.get(), static_cast<const int32_t*>(d.slots.get()), nullptr},
+          fastkda::Device::kCUDA);
       dp.q_stride = T * p.q_stride, dp.k_stride = T * p.k_stride, dp.v_stride = T * p.v_stride;
       dp.g_stride = T * p.g_stride, dp.beta_stride = T * p.beta_stride;
       fastkda::decode(dp);

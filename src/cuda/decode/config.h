@@ -21,9 +21,9 @@ constexpr int kLanesPerRow = 8;
 constexpr int kRowsPerThread = kBlockV / (kWarps * (32 / kLanesPerRow));
 static_assert(kRowsPerThread * kWarps * (32 / kLanesPerRow) == kBlockV, "V-first tile mapping");
 
-// K-first tile [K][kBlockV]: a row (one k) of kBlockV floats is read by kBlockV / kVec lanes; a warp
-// covers 32 / (kBlockV / kVec) k-rows per step. Reduction over k: 2 shuffles + one smem pass.
-constexpr int kLanesPerKRow = kBlockV / kVec;  // 8
+// K-first tile [K][kBlockV]: a row (one k) of kBlockV floats is read by kBlockV / kVec lanes; a
+// warp covers 32 / (kBlockV / kVec) k-rows per step. Reduction over k: 2 shuffles + one smem pass.
+constexpr int kLanesPerKRow = kBlockV / kVec;          // 8
 constexpr int kKRowsPerWarpStep = 32 / kLanesPerKRow;  // 4
 static_assert(kLanesPerKRow * kKRowsPerWarpStep == 32, "K-first tile mapping");
 
@@ -32,7 +32,6 @@ static_assert(kLanesPerKRow * kKRowsPerWarpStep == 32, "K-first tile mapping");
 // Measured on the H200 (BENCHMARKS.md, Decode): -0.25 us per call at batch 1, neutral at large
 // batch. No register cap: a 64-register cap (8 CTAs/SM) was 12% slower at batch 256.
 constexpr bool kUsePdl = true;
-
 
 enum class GateKind : int { kBounded = 0, kSoftplus = 1, kPreGated = 2 };
 enum class BetaKind : int { kSigmoid = 0, kGiven = 1, kTwoSigmoid = 2 };
@@ -46,15 +45,15 @@ struct DecodeArgs {
   const void* beta;   // [N * tokens, beta_stride]  bf16 or f32 (beta_f32)
   uint16_t* out;      // [N, tokens, HV, V]  bf16, dense
   int64_t q_stride, k_stride, v_stride, g_stride, beta_stride;  // token strides, elements
-  const float* A_log;    // [HV]     optional
-  const float* dt_bias;  // [HV, K]  optional
+  const float* A_log;                                           // [HV]     optional
+  const float* dt_bias;                                         // [HV, K]  optional
   float lower_bound;
   float scale;
-  void* pool;                  // [num_slots, HV, V, K] or [num_slots, HV, K, V], f32 or bf16
+  void* pool;  // [num_slots, HV, V, K] or [num_slots, HV, K, V], f32 or bf16
   int64_t num_slots;
-  const int32_t* slots;        // [N, slot_stride]
+  const int32_t* slots;  // [N, slot_stride]
   int64_t slot_stride;
-  const int32_t* num_accepted; // [N] optional (only read with per_token_states)
+  const int32_t* num_accepted;  // [N] optional (only read with per_token_states)
   int64_t N;
   int H, HV, V, tokens;
   GateKind gate;

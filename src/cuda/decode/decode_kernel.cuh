@@ -15,11 +15,13 @@
 // 128 threads; each holds K / 16 chunks of 4 state elements in registers for the whole kernel: the
 // state is read once (16-byte streaming loads) and written once per written slot.
 //
+// Launched with programmatic dependent launch (PDL): phase 0 waits for the previous kernel on the
+// stream (griddepcontrol.wait) and lets the next one stage its CTAs.
 // Phases:
 //   1. slot columns and num_accepted (lane j holds slots[n, j]); inputs of token t = warp into
 //      registers — all loads issued before anything waits.
-//   2. read slot resolved; padding row (negative / out-of-range slot or num_accepted): out rows = 0,
-//      nothing read or written, return.
+//   2. read slot resolved; padding row (negative / out-of-range slot or num_accepted):
+//      out rows = 0, nothing read or written, return.
 //   3. state tile loads issued; meanwhile the prologue turns the token inputs into q̃, k̂, d, β,
 //      q̃·k̂ and the v slice in shared memory (fused l2 norm, gate, beta activation); warp w
 //      prepares tokens w, w + 4 (the second one's inputs loaded only now: fewer live registers).
@@ -39,13 +41,13 @@ namespace fastkda::decode_cuda {
 
 template <int kK>
 struct SharedStorage {
-  float q[kMaxTokens][kK];             // scale · q̂           (prologue -> token loop)
-  float k[kMaxTokens][kK];             // k̂
-  float decay[kMaxTokens][kK];         // exp(a)
-  float v[kMaxTokens][kBlockV];        // v rows v0 .. v0 + kBlockV
-  float out[kMaxTokens][kBlockV];      // o rows, written by the token loop, stored at the end
-  float beta[kMaxTokens];              // activated beta
-  float qk[kMaxTokens];                // scale · q̂·k̂
+  float q[kMaxTokens][kK];         // scale · q̂           (prologue -> token loop)
+  float k[kMaxTokens][kK];         // k̂
+  float decay[kMaxTokens][kK];     // exp(a)
+  float v[kMaxTokens][kBlockV];    // v rows v0 .. v0 + kBlockV
+  float out[kMaxTokens][kBlockV];  // o rows, written by the token loop, stored at the end
+  float beta[kMaxTokens];          // activated beta
+  float qk[kMaxTokens];            // scale · q̂·k̂
   float4 partial[2][kWarps][kLanesPerKRow][2];  // K-first: per-warp (k̂·S', q̃·S'), by token parity
 };
 
@@ -55,12 +57,15 @@ struct TileMap {
   static constexpr int kChunks = kK / 16;  // kBlockV * kK / kVec / kThreads
   static_assert(kChunks * kVec * kThreads == kBlockV * kK, "tile must cover kBlockV x K");
 
-  // V-first: x = j * kColChunks + i -> row w*8 + j*4 + lane/8 of the slice, column chunk lane%8 + 8i.
+  // V-first: x = j * kColChunks + i -> row w*8 + j*4 + lane/8 of the slice, column chunk lane%8 +
+  // 8i.
   static constexpr int kColChunks = kK / (kVec * kLanesPerRow);
   __device__ static int row(int warp, int lane, int j) {
     return warp * (kBlockV / kWarps) + j * (32 / kLanesPerRow) + lane / kLanesPerRow;
   }
-  __device__ static int col(int lane, int i) { return (lane % kLanesPerRow + kLanesPerRow * i) * kVec; }
+  __device__ static int col(int lane, int i) {
+    return (lane % kLanesPerRow + kLanesPerRow * i) * kVec;
+  }
   // K-first: chunk x -> k-row x*16 + warp*4 + lane/8, value columns (lane%8)*4 .. +4 of the slice.
   __device__ static int krow(int warp, int lane, int x) {
     return x * (kWarps * kKRowsPerWarpStep) + warp * kKRowsPerWarpStep + lane / kLanesPerKRow;
@@ -312,7 +317,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_consta
   __syncthreads();
   for (int x = threadIdx.x; x < tokens * kBlockV; x += kThreads) {
     const int64_t row = n * tokens + x / kBlockV;
-    a.out[(row * a.HV + hv) * a.V + v0 + x % kBlockV] = f32_to_bf16(sm.out[x / kBlockV][x % kBlockV]);
+    a.out[(row * a.HV + hv) * a.V + v0 + x % kBlockV] =
+        f32_to_bf16(sm.out[x / kBlockV][x % kBlockV]);
   }
 }
 

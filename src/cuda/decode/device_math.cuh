@@ -13,13 +13,16 @@
 namespace fastkda::decode_cuda {
 
 // ---- scalars ---------------------------------------------------------------------------------
-__device__ __forceinline__ float bf16_to_f32(uint32_t bits16) { return __uint_as_float(bits16 << 16); }
+__device__ __forceinline__ float bf16_to_f32(uint32_t bits16) {
+  return __uint_as_float(bits16 << 16);
+}
 __device__ __forceinline__ uint16_t f32_to_bf16(float x) {
   return __bfloat16_as_ushort(__float2bfloat16_rn(x));
 }
 
-// ---- token inputs: N contiguous elements -> float[N] with 4/8/16-byte loads ----------------------
-// bf16 needs 2N-byte alignment (N <= 4) or 8 bytes (N % 4 == 0); f32 needs 8 (N == 2) or 16 bytes.
+// ---- token inputs: N contiguous elements -> float[N] with 4/8/16-byte loads
+// ---------------------- bf16 needs 2N-byte alignment (N <= 4) or 8 bytes (N % 4 == 0); f32 needs 8
+// (N == 2) or 16 bytes.
 template <int N>
 __device__ __forceinline__ void load_bf16(const uint16_t* p, float (&x)[N]) {
   if constexpr (N == 2) {
@@ -57,8 +60,7 @@ __device__ __forceinline__ void load_f32(const float* p, float (&x)[N]) {
   }
 }
 __device__ __forceinline__ float load_scalar(const void* p, bool is_f32, int64_t i) {
-  return is_f32 ? static_cast<const float*>(p)[i]
-                : bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
+  return is_f32 ? static_cast<const float*>(p)[i] : bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
 }
 
 // ---- state chunks: kVec = 4 consecutive elements, read once and written once (streaming) ------
@@ -67,8 +69,8 @@ __device__ __forceinline__ float4 load_state_chunk(const float* p) {
 }
 __device__ __forceinline__ float4 load_state_chunk(const uint16_t* p) {
   const uint2 u = __ldcs(reinterpret_cast<const uint2*>(p));
-  return make_float4(bf16_to_f32(u.x & 0xffffu), bf16_to_f32(u.x >> 16),
-                     bf16_to_f32(u.y & 0xffffu), bf16_to_f32(u.y >> 16));
+  return make_float4(bf16_to_f32(u.x & 0xffffu), bf16_to_f32(u.x >> 16), bf16_to_f32(u.y & 0xffffu),
+                     bf16_to_f32(u.y >> 16));
 }
 __device__ __forceinline__ void store_state_chunk(float* p, float4 s) {
   __stcs(reinterpret_cast<float4*>(p), s);
@@ -110,8 +112,9 @@ __device__ __forceinline__ float dot4_acc(float4 a, float4 b, float acc) {
   return fmaf(a.w, b.w, fmaf(a.z, b.z, fmaf(a.y, b.y, fmaf(a.x, b.x, acc))));
 }
 __device__ __forceinline__ float4 shfl_xor4(float4 a, int mask) {
-  return make_float4(__shfl_xor_sync(0xffffffffu, a.x, mask), __shfl_xor_sync(0xffffffffu, a.y, mask),
-                     __shfl_xor_sync(0xffffffffu, a.z, mask), __shfl_xor_sync(0xffffffffu, a.w, mask));
+  return make_float4(
+      __shfl_xor_sync(0xffffffffu, a.x, mask), __shfl_xor_sync(0xffffffffu, a.y, mask),
+      __shfl_xor_sync(0xffffffffu, a.z, mask), __shfl_xor_sync(0xffffffffu, a.w, mask));
 }
 __device__ __forceinline__ float4 add4(float4 a, float4 b) {
   return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
@@ -122,18 +125,25 @@ __device__ __forceinline__ float sigmoid_f32(float x) { return 1.0f / (1.0f + ex
 __device__ __forceinline__ float softplus_f32(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
 // Log-decay a (<= 0) from x = g + dt_bias; A = exp(A_log[hv]) or 1.
-__device__ __forceinline__ float gate_log_decay(GateKind kind, float x, float A, float lower_bound) {
+__device__ __forceinline__ float gate_log_decay(GateKind kind, float x, float A,
+                                                float lower_bound) {
   switch (kind) {
-    case GateKind::kBounded: return lower_bound * sigmoid_f32(A * x);
-    case GateKind::kSoftplus: return -A * softplus_f32(x);
-    default: return x;  // pre-gated
+    case GateKind::kBounded:
+      return lower_bound * sigmoid_f32(A * x);
+    case GateKind::kSoftplus:
+      return -A * softplus_f32(x);
+    default:
+      return x;  // pre-gated
   }
 }
 __device__ __forceinline__ float beta_activation(BetaKind kind, float b) {
   switch (kind) {
-    case BetaKind::kSigmoid: return sigmoid_f32(b);
-    case BetaKind::kTwoSigmoid: return 2.0f * sigmoid_f32(b);
-    default: return b;
+    case BetaKind::kSigmoid:
+      return sigmoid_f32(b);
+    case BetaKind::kTwoSigmoid:
+      return 2.0f * sigmoid_f32(b);
+    default:
+      return b;
   }
 }
 

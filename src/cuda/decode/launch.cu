@@ -38,16 +38,16 @@ class DeviceGuard {
 // The vector loads of the kernel need: q, k, g (bf16) 8-byte-aligned rows, g (f32) and dt_bias
 // 16-byte-aligned rows (8 for K = 64), the pool 16-byte (f32) or 8-byte (bf16) aligned.
 void check_cuda_preconditions(const DecodeParams& p, const Strides& s) {
-  FASTKDA_CHECK(p.K == 64 || p.K == 128 || p.K == 256, "K: CUDA decode expects 64, 128 or 256, got ",
-                p.K);
-  FASTKDA_CHECK(p.V == 64 || p.V == 128 || p.V == 256, "V: CUDA decode expects 64, 128 or 256, got ",
-                p.V);
+  FASTKDA_CHECK(p.K == 64 || p.K == 128 || p.K == 256,
+                "K: CUDA decode expects 64, 128 or 256, got ", p.K);
+  FASTKDA_CHECK(p.V == 64 || p.V == 128 || p.V == 256,
+                "V: CUDA decode expects 64, 128 or 256, got ", p.V);
   FASTKDA_CHECK(p.io_dtype == DType::kBF16, "io_dtype: CUDA decode expects bf16, got ",
                 to_string(p.io_dtype));
-  FASTKDA_CHECK(p.tokens >= 1 && p.tokens <= decode_cuda::kMaxTokens,
-                "tokens: expected 1..8, got ", p.tokens);
-  FASTKDA_CHECK(p.H > 0 && p.HV > 0 && p.HV % p.H == 0, "HV: expected a positive multiple of H = ",
-                p.H, ", got ", p.HV);
+  FASTKDA_CHECK(p.tokens >= 1 && p.tokens <= decode_cuda::kMaxTokens, "tokens: expected 1..8, got ",
+                p.tokens);
+  FASTKDA_CHECK(p.H > 0 && p.HV > 0 && p.HV % p.H == 0,
+                "HV: expected a positive multiple of H = ", p.H, ", got ", p.HV);
   FASTKDA_CHECK(p.slots != nullptr, "slots: required by CUDA decode");
   FASTKDA_CHECK(p.slot_stride >= (p.per_token_states ? p.tokens : 1),
                 "slot_stride: expected >= ", (p.per_token_states ? p.tokens : 1), ", got ",
@@ -125,9 +125,12 @@ void dispatch_bool(bool flag, F&& f) {
 template <class F>
 void dispatch_head_dim(int K, F&& f) {
   switch (K) {
-    case 64: return f(std::integral_constant<int, 64>{});
-    case 128: return f(std::integral_constant<int, 128>{});
-    default: return f(std::integral_constant<int, 256>{});
+    case 64:
+      return f(std::integral_constant<int, 64>{});
+    case 128:
+      return f(std::integral_constant<int, 128>{});
+    default:
+      return f(std::integral_constant<int, 256>{});
   }
 }
 

@@ -17,8 +17,9 @@ constexpr int kPrepThreads = 32 * kPrepWarps; // one thread per key column in th
 static_assert(kPrepThreads == kK, "prepare threads own one key column each");
 
 // Prepare groups: 1 (warps 0..3 prepare every chunk, raw inputs double-buffered) or 2 (groups
-// alternate chunks, each with its own raw stage and private buffers: twice the prepare time per
-// chunk, for slices whose scan is short). Scan warps follow the prepare warps.
+// alternate chunks, each with its own raw stage and private buffers: twice the time per chunk for
+// the latency-bound prepare). Scan warps follow the prepare warps. A full-width slice (kVs = 128)
+// then has 512 threads: 128 registers each (ptxas: 24 bytes of spill, outside the chunk loop).
 template <int kVs>
 constexpr int prep_groups() {
   return 2;

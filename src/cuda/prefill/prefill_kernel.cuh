@@ -33,7 +33,7 @@ __device__ __forceinline__ void prepare_role(const PrefillArgs& a, SharedPlan<kV
                                              int hv, int v0, int64_t bos, int64_t eos,
                                              int nchunks) {
   constexpr int kGroups = prep_groups<kVs>();
-  constexpr int kThreads = block_threads<kVs>();
+  constexpr int kThreads = kPrepThreads + 2 * kVs;  // one prepare group + the scan warps
   const int i = threadIdx.x - p * kPrepThreads;  // key column owned in the gate scan
   const int h = hv / a.group;
   const int bar_prep = kBarPrep0 + p;
@@ -102,7 +102,7 @@ __device__ __forceinline__ void prepare_role(const PrefillArgs& a, SharedPlan<kV
 template <int kVs>
 __device__ __forceinline__ void scan_role(const PrefillArgs& a, SharedPlan<kVs>& sm, int64_t n,
                                           int hv, int v0, int64_t bos, int64_t eos, int nchunks) {
-  constexpr int kThreads = block_threads<kVs>();
+  constexpr int kThreads = kPrepThreads + 2 * kVs;  // one prepare group + the scan warps
   const int ws = (threadIdx.x >> 5) - kPrepWarps * prep_groups<kVs>();
   const int vc = 16 * ws;       // this warp's first column inside the CTA's value slice
   const int v_row = v0 + vc;    // ... inside the head
