@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device-machine call for the prefill kernel: build (or use the carried binary), GPU tests,
 # compute-sanitizer on a small case, the C++ benchmark and fla's chunk_kda in one process.
-# Usage (repo root, on the GPU machine): scripts/gpu_check_prefill.sh [tests] [sanitize] [bench] [fla]
+# Usage (repo root, on the GPU machine): scripts/gpu_check_prefill.sh [tests] [sanitize|racecheck] [bench] [fla]
 #   env: BENCH_FILTER (shape substring), FLA_FILTER, TEST_FILTER (gtest filter), BIN (test binary)
 # Full logs go to $OUT (or ./gpu_out); a short summary is printed last.
 set -uo pipefail
@@ -32,8 +32,9 @@ for s in $steps; do
       timeout 180 "$BIN" --gtest_filter="${TEST_FILTER:-PrefillGpu.*}" > "$OUT/tests.log" 2>&1
       summary+="tests rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/tests.log" | tr '\n' ' ')"$'\n'
       summary+="$(grep -E '^\[prefill\]|FAILED  \]' "$OUT/tests.log" | head -60)"$'\n' ;;
-    sanitize)
-      for tool in memcheck racecheck; do
+    sanitize|racecheck)
+      tools="memcheck racecheck"; [ "$s" = racecheck ] && tools=racecheck
+      for tool in $tools; do
         timeout 100 compute-sanitizer --tool $tool --error-exitcode 9 "$BIN" \
           --gtest_filter=PrefillGpu.Varlen > "$OUT/sanitize_$tool.log" 2>&1
         summary+="sanitizer $tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize_$tool.log" | head -2 | tr '\n' ' ')"$'\n'

@@ -1,6 +1,6 @@
 // Per-token pieces of DESIGN §2 shared by the CPU paths: reading one token's inputs (l2 norm,
-// gate, beta activation), one step of the recurrence, and state matrix load/store between the
-// caller's buffers (f32/bf16, V-first/K-first) and a working copy.
+// raw gate, beta activation), the reference log-decay, one step of the recurrence, and state
+// matrix load/store between the caller's buffers (f32/bf16, V-first/K-first) and a working copy.
 //
 // Templated on the working precision R: double for the oracle and the decode step, float for the
 // chunked path's preprocessing.
@@ -13,6 +13,12 @@
 
 namespace fastkda::cpu {
 
+// The sum of 8 partial sums, in a fixed order.
+template <class R>
+inline R lane_sum(const R* l) {
+  return ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7]));
+}
+
 // sum_c x[c] * y[c] with 8 independent partial sums: GCC does not reorder a plain float/double
 // reduction without -ffast-math, so it would stay scalar; 8 lanes let it use full vectors. The
 // summation order is fixed, hence results are deterministic.
@@ -23,7 +29,7 @@ inline R dot(const R* x, const R* y, int n) {
   for (; c + 8 <= n; c += 8)
     for (int l = 0; l < 8; ++l) lane[l] += x[c + l] * y[c + l];
   for (; c < n; ++c) lane[0] += x[c] * y[c];
-  return ((lane[0] + lane[4]) + (lane[1] + lane[5])) + ((lane[2] + lane[6]) + (lane[3] + lane[7]));
+  return lane_sum(lane);
 }
 
 // One token's inputs for one value head h, in working precision R.

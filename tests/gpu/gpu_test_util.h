@@ -63,11 +63,12 @@ struct Case {
   bool final_state = true;
   DType final_dtype = DType::kF32;
   StateLayout layout = StateLayout::kVFirst;
-  bool pool = false;            // state_indices into a pool with spare slots (some indices -1)
-  bool in_place = false;        // pool: initial_state == final_state
-  bool strided = false;         // token strides larger than dense
-  double extreme_gates = 0.0;   // fraction of gate entries at -1000 (softplus / pre-gated: per token)
-  bool collinear = false;       // 32 identical keys, raw gate -12, beta logit +8
+  bool pool = false;      // state_indices into a pool with spare slots (some indices -1)
+  bool in_place = false;  // pool: initial_state == final_state
+  bool strided = false;   // token strides larger than dense
+  double extreme_gates =
+      0.0;                 // fraction of gate entries at -1000 (softplus / pre-gated: per token)
+  bool collinear = false;  // 32 identical keys, raw gate -12, beta logit +8
 };
 
 inline std::string describe(const Case& c, uint64_t seed) {
@@ -92,7 +93,10 @@ struct HostBuf {
   std::vector<uint16_t> h;
   HostBuf() = default;
   HostBuf(DType d, size_t n) : dtype(d) {
-    if (d == DType::kF32) f.assign(n, 0.f); else h.assign(n, 0);
+    if (d == DType::kF32)
+      f.assign(n, 0.f);
+    else
+      h.assign(n, 0);
   }
   size_t size() const { return dtype == DType::kF32 ? f.size() : h.size(); }
   size_t bytes() const { return size() * fastkda::dtype_size(dtype); }
@@ -102,7 +106,10 @@ struct HostBuf {
   }
   float get(size_t i) const { return dtype == DType::kF32 ? f[i] : fastkda::bf16_to_float(h[i]); }
   void set(size_t i, float x) {
-    if (dtype == DType::kF32) f[i] = x; else h[i] = fastkda::float_to_bf16(x);
+    if (dtype == DType::kF32)
+      f[i] = x;
+    else
+      h[i] = fastkda::float_to_bf16(x);
   }
   bool same_bits(const HostBuf& o) const { return dtype == o.dtype && f == o.f && h == o.h; }
 };
@@ -313,7 +320,8 @@ inline Result run_gpu(const Problem& p, const DeviceInputs& d, cudaStream_t stre
   f.stream = stream;
   fastkda::forward(f);
   const cudaError_t e = cudaDeviceSynchronize();
-  if (e != cudaSuccess) throw fastkda::Error(std::string("prefill: CUDA error ") + cudaGetErrorString(e));
+  if (e != cudaSuccess)
+    throw fastkda::Error(std::string("prefill: CUDA error ") + cudaGetErrorString(e));
   out.to_host(r.out.data());
   (p.c.in_place ? init : fin).to_host(r.state.data());
   return r;
@@ -342,7 +350,8 @@ inline Result run_oracle(const Problem& p) {
     f.q = q.f.data() + bos * p.q_stride;
     f.k = k.f.data() + bos * p.k_stride;
     f.v = v.f.data() + bos * p.v_stride;
-    f.g = static_cast<const char*>(p.g.data()) + bos * p.g_stride * fastkda::dtype_size(p.c.g_dtype);
+    f.g =
+        static_cast<const char*>(p.g.data()) + bos * p.g_stride * fastkda::dtype_size(p.c.g_dtype);
     f.beta = static_cast<const char*>(p.beta.data()) +
              bos * p.beta_stride * fastkda::dtype_size(p.c.beta_dtype);
     f.out = r.out.f.data() + bos * p.c.HV * kV;
@@ -356,12 +365,16 @@ inline Result run_oracle(const Problem& p) {
     f.B = 1, f.T = len;
     std::vector<float> s0(size_t(matrix), 0.f), s1(size_t(matrix), 0.f);
     if (slot >= 0 && p.has_init())
-      for (int64_t i = 0; i < matrix; ++i) s0[size_t(i)] = p.init_state.get(size_t(slot * matrix + i));
+      for (int64_t i = 0; i < matrix; ++i)
+        s0[size_t(i)] = p.init_state.get(size_t(slot * matrix + i));
     f.initial_state = s0.data(), f.final_state = s1.data();
     f.initial_state_dtype = f.final_state_dtype = DType::kF32;
     f.state_layout = p.c.layout;
     f.algorithm = fastkda::Algorithm::kRecurrent;
-    if (len > 0) fastkda::forward(f); else s1 = s0;
+    if (len > 0)
+      fastkda::forward(f);
+    else
+      s1 = s0;
     if (slot >= 0 && p.c.final_state)
       std::copy(s1.begin(), s1.end(), r.state.f.begin() + slot * matrix);
   }

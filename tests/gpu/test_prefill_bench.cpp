@@ -112,7 +112,8 @@ TEST(PrefillBench, DISABLED_Table) {
     std::uniform_real_distribution<float> uni(0.f, 1.f);
     for (auto& x : a) x = std::log(1.f + 15.f * uni(rng));
     for (auto& x : b) x = 0.5f * normal(rng);
-    for (size_t i = 0; i < st.size(); ++i) st[i] = 0.1f * fastkda::bf16_to_float(pool[i % pool.size()]);
+    for (size_t i = 0; i < st.size(); ++i)
+      st[i] = 0.1f * fastkda::bf16_to_float(pool[i % pool.size()]);
     BENCH_CUDA(cudaMemcpy(A_log, a.data(), H * 4, cudaMemcpyHostToDevice));
     BENCH_CUDA(cudaMemcpy(dt_bias, b.data(), b.size() * 4, cudaMemcpyHostToDevice));
     BENCH_CUDA(cudaMemcpy(cu_d, cu.data(), cu.size() * 4, cudaMemcpyHostToDevice));
@@ -135,7 +136,10 @@ TEST(PrefillBench, DISABLED_Table) {
     const bool few_heads = N * H < 132;
     for (const std::string& vs : vsplits) {
       if (!vs.empty() && !few_heads) continue;
-      if (vs.empty()) unsetenv("FASTKDA_PREFILL_VSPLIT"); else setenv("FASTKDA_PREFILL_VSPLIT", vs.c_str(), 1);
+      if (vs.empty())
+        unsetenv("FASTKDA_PREFILL_VSPLIT");
+      else
+        setenv("FASTKDA_PREFILL_VSPLIT", vs.c_str(), 1);
       cudaEvent_t e0, e1;
       cudaEventCreate(&e0);
       cudaEventCreate(&e1);

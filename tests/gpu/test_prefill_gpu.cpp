@@ -41,7 +41,8 @@ Result check_against_oracle(const Problem& p, const char* label = "") {
           !(std::isnan(got.state.get(i)) && std::isnan(p.init_state.get(i))))
         ++changed;
   }
-  std::printf("[prefill] %-22s out %s | state %s\n", label, ::testing::PrintToString(eo.rms_rel).c_str(),
+  std::printf("[prefill] %-22s out %s | state %s\n", label,
+              ::testing::PrintToString(eo.rms_rel).c_str(),
               ::testing::PrintToString(es.rms_rel).c_str());
   EXPECT_EQ(eo.nonfinite, 0u) << p.describe();
   EXPECT_LE(eo.rms_rel, kOutTol) << "out " << eo << "  " << p.describe();
@@ -59,10 +60,10 @@ TEST(PrefillGpu, WorkspaceIsZeroAndDimsChecked) {
   FASTKDA_REQUIRE_GPU();
   Problem p(Case{});
   DeviceInputs d(p);
-  fastkda::ForwardParams f = p.params({d.q.get(), d.k.get(), d.v.get(), d.g.get(), d.beta.get(),
-                                       nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
-                                       nullptr},
-                                      fastkda::Device::kCUDA);
+  fastkda::ForwardParams f =
+      p.params({d.q.get(), d.k.get(), d.v.get(), d.g.get(), d.beta.get(), nullptr, nullptr, nullptr,
+                nullptr, nullptr, nullptr, nullptr},
+               fastkda::Device::kCUDA);
   EXPECT_EQ(fastkda::forward_workspace_size(f), 0u);
   f.K = 64;
   try {
@@ -121,7 +122,8 @@ TEST(PrefillGpu, BetaModesDtypesLayouts) {
   FASTKDA_REQUIRE_GPU();
   {
     Case c;
-    c.T = 130, c.beta_mode = BetaMode::kGiven, c.g_dtype = DType::kBF16, c.beta_dtype = DType::kBF16;
+    c.T = 130, c.beta_mode = BetaMode::kGiven, c.g_dtype = DType::kBF16,
+    c.beta_dtype = DType::kBF16;
     check_against_oracle(Problem(c), "beta given, bf16 g/b");
   }
   {
@@ -262,11 +264,10 @@ TEST(PrefillGpu, VarlenEqualsSeparateCalls) {
     pn.A_log = p.A_log, pn.dt_bias = p.dt_bias;
     for (size_t i = 0; i < matrix; ++i) pn.init_state.set(i, p.init_state.get(n * matrix + i));
     const Result one = run_gpu(pn, DeviceInputs(pn));
-    EXPECT_TRUE(std::equal(one.out.h.begin(), one.out.h.end(),
-                           all.out.h.begin() + bos * row_elems))
+    EXPECT_TRUE(std::equal(one.out.h.begin(), one.out.h.end(), all.out.h.begin() + bos * row_elems))
         << "sequence " << n << "  " << p.describe();
-    EXPECT_TRUE(std::equal(one.state.f.begin(), one.state.f.end(),
-                           all.state.f.begin() + n * matrix))
+    EXPECT_TRUE(
+        std::equal(one.state.f.begin(), one.state.f.end(), all.state.f.begin() + n * matrix))
         << "sequence " << n << "  " << p.describe();
   }
 }

@@ -5,30 +5,30 @@
 
 namespace fastkda::prefill_cuda {
 
-enum class Gate : int { kBounded = 0, kSoftplus = 1, kPreGated = 2 };  // == GateMode
+enum class Gate : int { kBounded = 0, kSoftplus = 1, kPreGated = 2 };    // == GateMode
 enum class BetaAct : int { kSigmoid = 0, kGiven = 1, kTwoSigmoid = 2 };  // == BetaMode
 
 struct PrefillArgs {
-  const uint16_t* q;     // [B*T, q_stride] bf16, head h at h*K
-  const uint16_t* k;     // [B*T, k_stride] bf16
-  const uint16_t* v;     // [B*T, v_stride] bf16, value head j at j*V
-  const void* g;         // [B*T, g_stride] f32 or bf16, value head j at j*K
-  const void* beta;      // [B*T, beta_stride] f32 or bf16
-  uint16_t* out;         // [B*T, HV*V] bf16
+  const uint16_t* q;  // [B*T, q_stride] bf16, head h at h*K
+  const uint16_t* k;  // [B*T, k_stride] bf16
+  const uint16_t* v;  // [B*T, v_stride] bf16, value head j at j*V
+  const void* g;      // [B*T, g_stride] f32 or bf16, value head j at j*K
+  const void* beta;   // [B*T, beta_stride] f32 or bf16
+  uint16_t* out;      // [B*T, HV*V] bf16
   int64_t q_stride, k_stride, v_stride, g_stride, beta_stride, out_stride;  // elements per token
-  const float* A_log;    // [HV] optional
-  const float* dt_bias;  // [HV, K] optional
-  const void* cu_seqlens;            // [N + 1] i32 or i64, device; null: fixed-length batch
-  const void* initial_state;         // [slots, HV, V, K] or [slots, HV, K, V], optional
-  void* final_state;                 // same layout, optional
-  const int32_t* state_indices;      // [N] optional
+  const float* A_log;                                                       // [HV] optional
+  const float* dt_bias;                                                     // [HV, K] optional
+  const void* cu_seqlens;        // [N + 1] i32 or i64, device; null: fixed-length batch
+  const void* initial_state;     // [slots, HV, V, K] or [slots, HV, K, V], optional
+  void* final_state;             // same layout, optional
+  const int32_t* state_indices;  // [N] optional
   int64_t num_state_slots;
-  int64_t T;                         // tokens per batch row (fixed-length)
-  int H, HV, group;                  // group = HV / H
-  int vsplit;                        // CTAs per (sequence, value head), each kV / vsplit columns
+  int64_t T;         // tokens per batch row (fixed-length)
+  int H, HV, group;  // group = HV / H
+  int vsplit;        // CTAs per (sequence, value head), each kV / vsplit columns
   Gate gate;
   BetaAct beta_act;
-  float lower_bound_log2;            // lambda * log2(e)
+  float lower_bound_log2;  // lambda * log2(e)
   float scale;
   bool g_f32, beta_f32, l2norm, cu_i64;
   bool init_f32, final_f32, k_first;

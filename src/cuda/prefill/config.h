@@ -1,5 +1,5 @@
-// Tile constants and the shared-memory plan of the fused chunked prefill kernel (prefill_kernel.cuh).
-// docs/prefill.md explains the choices; every byte budget is checked here.
+// Tile constants and the shared-memory plan of the fused chunked prefill kernel
+// (prefill_kernel.cuh). docs/prefill.md explains the choices; every byte budget is checked here.
 #pragma once
 
 #include <cstddef>
@@ -7,13 +7,13 @@
 
 namespace fastkda::prefill_cuda {
 
-constexpr int kK = 128;  // key dim (the only one the CUDA kernels support)
-constexpr int kV = 128;  // value dim
-constexpr int kC = 16;   // chunk length: one m16 MMA tile of tokens
-constexpr int kHalf = 8; // sub-block: rows 8..15 of a chunk are anchored at row 7 (§ anchoring)
+constexpr int kK = 128;   // key dim (the only one the CUDA kernels support)
+constexpr int kV = 128;   // value dim
+constexpr int kC = 16;    // chunk length: one m16 MMA tile of tokens
+constexpr int kHalf = 8;  // sub-block: rows 8..15 of a chunk are anchored at row 7 (§ anchoring)
 
-constexpr int kPrepWarps = 4;                 // warps per prepare group (chunk-parallel work)
-constexpr int kPrepThreads = 32 * kPrepWarps; // one thread per key column in the gate scan
+constexpr int kPrepWarps = 4;                  // warps per prepare group (chunk-parallel work)
+constexpr int kPrepThreads = 32 * kPrepWarps;  // one thread per key column in the gate scan
 static_assert(kPrepThreads == kK, "prepare threads own one key column each");
 
 // Prepare groups: 1 (warps 0..3 prepare every chunk, raw inputs double-buffered) or 2 (groups
@@ -37,11 +37,11 @@ constexpr float kMaxAnchorSpan = 100.0f;
 // Leading dimensions (floats), chosen for conflict-free fragment loads:
 //  - scalar fragment loads (row g, col t) need ld = 4 (mod 32): banks 4g + t;
 //  - float2 fragment loads (row g, cols 2t, 2t+1) need ld = 8 (mod 32) within a half warp.
-constexpr int kLdPrep = kK + 4;    // G, kt, qt, kd, ko: [kC][kLdPrep]
-constexpr int kLdScan = kK + 8;    // w, qs: [kC][kLdScan]
-constexpr int kLdTok = kC + 8;     // ke [kK][kLdTok], aqk [kC][kLdTok]
-constexpr int kLdN = kC + 4;       // nmat [kC][kLdN] (rows read as float4)
-constexpr int kLdOut = 16 + 8;     // output staging, bf16 [kC][kLdOut] per scan warp (16-B rows)
+constexpr int kLdPrep = kK + 4;  // G, kt, qt, kd, ko: [kC][kLdPrep]
+constexpr int kLdScan = kK + 8;  // w, qs: [kC][kLdScan]
+constexpr int kLdTok = kC + 8;   // ke [kK][kLdTok], aqk [kC][kLdTok]
+constexpr int kLdN = kC + 4;     // nmat [kC][kLdN] (rows read as float4)
+constexpr int kLdOut = 16 + 8;   // output staging, bf16 [kC][kLdOut] per scan warp (16-B rows)
 static_assert(kLdPrep % 32 == 4 && kLdScan % 32 == 8 && kLdTok % 32 == 24 && kLdN % 4 == 0,
               "fragment-load bank layout");
 
@@ -55,21 +55,21 @@ enum Barrier : int {
 // One chunk of raw inputs, filled by cp.async (rows past the sequence end are zero-filled).
 template <int kVs>
 struct RawStage {
-  uint16_t q[kC][kK];  // bf16
-  uint16_t k[kC][kK];  // bf16
-  uint16_t v[kC][kVs]; // bf16, this CTA's value columns
-  float g[kC][kK];     // f32 gate; a bf16 gate uses the first half as uint16_t [kC][kK]
+  uint16_t q[kC][kK];   // bf16
+  uint16_t k[kC][kK];   // bf16
+  uint16_t v[kC][kVs];  // bf16, this CTA's value columns
+  float g[kC][kK];      // f32 gate; a bf16 gate uses the first half as uint16_t [kC][kK]
 };
 
 // What the scan warps consume for one chunk (all tf32-rounded except u and decay).
 template <int kVs>
 struct ScanStage {
-  float w[kC][kLdScan];     // -W = -(I + N)^-1 diag(beta) (k^ . 2^G)
-  float qs[kC][kLdScan];    // scale q^ . 2^G
-  float ke[kK][kLdTok];     // (k^ . 2^(G_C - G))^T
-  float aqk[kC][kLdTok];    // lower-incl(scale q^ k^T . pairwise decays)
-  float u[kC][kVs + 4];     // U = (I + N)^-1 diag(beta) v  (f32, MMA accumulator init)
-  float decay[kK];          // 2^G_C
+  float w[kC][kLdScan];   // -W = -(I + N)^-1 diag(beta) (k^ . 2^G)
+  float qs[kC][kLdScan];  // scale q^ . 2^G
+  float ke[kK][kLdTok];   // (k^ . 2^(G_C - G))^T
+  float aqk[kC][kLdTok];  // lower-incl(scale q^ k^T . pairwise decays)
+  float u[kC][kVs + 4];   // U = (I + N)^-1 diag(beta) v  (f32, MMA accumulator init)
+  float decay[kK];        // 2^G_C
 };
 
 // Private to one prepare group, alive within one chunk's prepare.
@@ -87,8 +87,8 @@ struct PrepPrivate {
 
 template <int kVs>
 struct SharedPlan {
-  RawStage<kVs> raw[2];      // raw inputs of chunk c in raw[c % 2]
-  ScanStage<kVs> scan[2];    // prepared operands of chunk c in scan[c % 2]
+  RawStage<kVs> raw[2];    // raw inputs of chunk c in raw[c % 2]
+  ScanStage<kVs> scan[2];  // prepared operands of chunk c in scan[c % 2]
   PrepPrivate prep[prep_groups<kVs>()];
   uint16_t ostage[kVs / 16][kC][kLdOut];  // per scan warp: bf16 output tile before 16-B stores
 };
@@ -99,8 +99,9 @@ constexpr size_t shared_bytes() {
 }
 static_assert(shared_bytes<128>() <= 227 * 1024 && shared_bytes<64>() <= 227 * 1024,
               "shared memory over the sm_90 limit");
-static_assert(sizeof(PrepPrivate) % 16 == 0 && sizeof(RawStage<128>) % 16 == 0 && sizeof(ScanStage<128>) % 16 == 0 &&
-                  sizeof(RawStage<32>) % 16 == 0 && sizeof(ScanStage<32>) % 16 == 0,
+static_assert(sizeof(PrepPrivate) % 16 == 0 && sizeof(RawStage<128>) % 16 == 0 &&
+                  sizeof(ScanStage<128>) % 16 == 0 && sizeof(RawStage<32>) % 16 == 0 &&
+                  sizeof(ScanStage<32>) % 16 == 0,
               "16-byte aligned stages");
 
 }  // namespace fastkda::prefill_cuda

@@ -121,8 +121,8 @@ void launch(const PrefillArgs& a, int64_t ctas, cudaStream_t stream) {
   constexpr size_t smem = prefill_cuda::shared_bytes<kVs>();
   constexpr int threads = prefill_cuda::block_threads<kVs>();
   auto* kernel = prefill_cuda::prefill_kernel<kVs>;
-  FASTKDA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          int(smem)));
+  FASTKDA_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   kernel<<<unsigned(ctas), threads, smem, stream>>>(a);
   FASTKDA_CUDA_CHECK(cudaGetLastError());
 }
@@ -140,13 +140,21 @@ void prefill(const ForwardParams& p) {
   PrefillArgs a = make_args(p, s);
   a.vsplit = choose_vsplit(num_seq * p.HV, sm_count(p.device_index));
   const int64_t ctas = num_seq * p.HV * a.vsplit;
-  FASTKDA_CHECK(ctas <= int64_t(INT32_MAX), "N * HV: too many (sequence, head) pairs for one "
-                "launch: ", num_seq, " x ", p.HV);
+  FASTKDA_CHECK(ctas <= int64_t(INT32_MAX),
+                "N * HV: too many (sequence, head) pairs for one "
+                "launch: ",
+                num_seq, " x ", p.HV);
   auto stream = static_cast<cudaStream_t>(p.stream);
   switch (a.vsplit) {
-    case 1: launch<128>(a, ctas, stream); break;
-    case 2: launch<64>(a, ctas, stream); break;
-    default: launch<32>(a, ctas, stream); break;
+    case 1:
+      launch<128>(a, ctas, stream);
+      break;
+    case 2:
+      launch<64>(a, ctas, stream);
+      break;
+    default:
+      launch<32>(a, ctas, stream);
+      break;
   }
 }
 

@@ -1,14 +1,13 @@
 // prefill_kernel: the fused chunked KDA forward (DESIGN §2) for K = V = 128, chunk kC = 16.
 //
-// Grid: one CTA per (sequence n, value head hv, value slice); a slice is kVs = 16 * kScanWarps
+// Grid: one CTA per (sequence n, value head hv, value slice); a slice is kVs = 16 * (scan warps)
 // columns of V (vsplit = kV / kVs CTAs per head, chosen by the launcher to fill the GPU).
 // Warp roles (warp specialised, no CTA-wide barrier in the main loop):
-//   prepare groups of 4 warps (1 group for kVs = 128, 2 alternating chunks otherwise):
-//               cp.async of the raw q, k, v, g (double buffered),
-//               gate + cumsum, l2 norms, beta, anchored A' / A_qk (tf32 MMA), W and U by forward
-//               substitution (f32) -> ScanStage scan[c % 2]            (prepare.cuh)
-//   then scan warps: state S^T stationary in registers (f32), three tf32 MMAs per chunk, output
-//               written straight to `out`                            (scan.cuh)
+//   warps 0..7  two prepare groups of 4 warps alternating chunks (prep_groups<kVs>()): cp.async of
+//               the raw q, k, v, g, gate + cumsum, l2 norms, beta, anchored A' / A_qk (tf32 MMA),
+//               W and U by forward substitution (f32) -> ScanStage scan[c % 2]   (prepare.cuh)
+//   warps 8..   scan: state S^T stationary in registers (f32), three tf32 MMAs per chunk, output
+//               staged and stored to `out`                                    (scan.cuh)
 // Hand-off: named barriers kBarFull0 + s (prepare arrives, scan waits) and kBarEmpty0 + s (scan
 // arrives, prepare waits) per stage s; a prepare group syncs on kBarPrep0 + p.
 // Shared memory: SharedPlan<kVs> (config.h). Reads q, k, v, g, beta once; writes out once; reads
@@ -34,7 +33,7 @@ __device__ __forceinline__ void prepare_role(const PrefillArgs& a, SharedPlan<kV
                                              int nchunks) {
   constexpr int kGroups = prep_groups<kVs>();
   constexpr int kThreads = kPrepThreads + 2 * kVs;  // one prepare group + the scan warps
-  const int i = threadIdx.x - p * kPrepThreads;  // key column owned in the gate scan
+  const int i = threadIdx.x - p * kPrepThreads;     // key column owned in the gate scan
   const int h = hv / a.group;
   const int bar_prep = kBarPrep0 + p;
   PrepPrivate& pp = sm.prep[p];
@@ -94,6 +93,9 @@ __device__ __forceinline__ void prepare_role(const PrefillArgs& a, SharedPlan<kV
       beta_cur = beta_of(c + 2);
     }
     solve_w_u(pp, sb, i, kw, vcol);
+    // The group's writes of stage st are complete before any of its threads signals the scan
+    // (the same release pattern compute-sanitizer racecheck verifies: bar.sync, then bar.arrive).
+    device::bar_sync(bar_prep, kPrepThreads);
     device::bar_arrive(kBarFull0 + st, kThreads);
   }
   device::cp_async_wait_group<0>();
@@ -104,8 +106,8 @@ __device__ __forceinline__ void scan_role(const PrefillArgs& a, SharedPlan<kVs>&
                                           int hv, int v0, int64_t bos, int64_t eos, int nchunks) {
   constexpr int kThreads = kPrepThreads + 2 * kVs;  // one prepare group + the scan warps
   const int ws = (threadIdx.x >> 5) - kPrepWarps * prep_groups<kVs>();
-  const int vc = 16 * ws;       // this warp's first column inside the CTA's value slice
-  const int v_row = v0 + vc;    // ... inside the head
+  const int vc = 16 * ws;     // this warp's first column inside the CTA's value slice
+  const int v_row = v0 + vc;  // ... inside the head
 
   int64_t slot = n;
   bool use_state = true;
@@ -132,10 +134,9 @@ __device__ __forceinline__ void scan_role(const PrefillArgs& a, SharedPlan<kVs>&
   }
 
   if (use_state && a.final_state)
-    store_state(a,
-                static_cast<char*>(a.final_state) +
-                    (slot * a.HV + hv) * matrix * (a.final_f32 ? 4 : 2),
-                a.final_f32, v_row, S);
+    store_state(
+        a, static_cast<char*>(a.final_state) + (slot * a.HV + hv) * matrix * (a.final_f32 ? 4 : 2),
+        a.final_f32, v_row, S);
 }
 
 template <int kVs>

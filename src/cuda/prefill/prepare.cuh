@@ -1,4 +1,4 @@
-// The prepare role of the prefill kernel (warps 0..3): for one chunk of kC tokens of one
+// The prepare role of the prefill kernel (a group of 4 warps): for one chunk of kC tokens of one
 // (sequence, value head), everything of DESIGN §2's chunked form that is parallel in T.
 //
 //   raw inputs (smem, cp.async)  ->  gate_scan:        G (cumulative log2 decay), 1/||q||, 1/||k||,
@@ -45,7 +45,8 @@ __device__ __forceinline__ float gate_log2(const PrefillArgs& a, float x, float 
     }
     case Gate::kSoftplus: {
       const float z = x + bias;
-      const float sp_log2 = z > 20.0f ? z * kLog2e : device::lg2_approx(1.0f + ex2_approx(z * kLog2e));
+      const float sp_log2 =
+          z > 20.0f ? z * kLog2e : device::lg2_approx(1.0f + ex2_approx(z * kLog2e));
       return -A * sp_log2;
     }
     default:
@@ -67,8 +68,10 @@ __device__ __forceinline__ void load_raw(const PrefillArgs& a, RawStage<kVs>& r,
     const int row = s / (kK / 8), col = (s % (kK / 8)) * 8;
     const bool ok = row < nvalid;
     const int64_t tok = tok0 + (ok ? row : 0);
-    device::cp_async_cg_16(&r.q[row][col], a.q + tok * a.q_stride + int64_t(h) * kK + col, ok ? 16 : 0);
-    device::cp_async_cg_16(&r.k[row][col], a.k + tok * a.k_stride + int64_t(h) * kK + col, ok ? 16 : 0);
+    device::cp_async_cg_16(&r.q[row][col], a.q + tok * a.q_stride + int64_t(h) * kK + col,
+                           ok ? 16 : 0);
+    device::cp_async_cg_16(&r.k[row][col], a.k + tok * a.k_stride + int64_t(h) * kK + col,
+                           ok ? 16 : 0);
   }
   for (int s = tid; s < kC * (kVs / 8); s += kPrepThreads) {
     const int row = s / (kVs / 8), col = (s % (kVs / 8)) * 8;
@@ -172,7 +175,10 @@ __device__ __forceinline__ void gate_scan(const PrefillArgs& a, PrepPrivate& pp,
     for (int j = 0; j < kRows; ++j) {
       const int idx = warp * kRows + j;
       const float rn = a.l2norm ? device::rsqrt_approx(ss[j] + 1e-6f) : 1.0f;
-      if (idx < kC) pp.rq[idx] = rn; else pp.rk[idx - kC] = rn;
+      if (idx < kC)
+        pp.rq[idx] = rn;
+      else
+        pp.rk[idx - kC] = rn;
     }
   }
   if (i < kC) pp.beta[i] = i < nvalid ? beta_activation(a, beta_raw) : 0.0f;
@@ -202,7 +208,7 @@ __device__ __forceinline__ void make_operands(const PrefillArgs& a, PrepPrivate&
   for (int row = 0; row < kC; ++row) {
     const float anchor = row < kHalf ? 0.0f : g7;
     const float e = ex2_approx(Gr[row] - anchor);  // <= 1
-    const float e0 = row < kHalf ? e : e * d7;      // 2^G_row, a product of factors <= 1
+    const float e0 = row < kHalf ? e : e * d7;     // 2^G_row, a product of factors <= 1
     pp.kt[row][i] = round_tf32(kn[row] * e);
     pp.qt[row][i] = round_tf32(qn[row] * e);
     kw[row] = kn[row] * e0;

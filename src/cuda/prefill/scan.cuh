@@ -1,7 +1,7 @@
-// The scan role of the prefill kernel (warps 4..): the only part of the chunked form that is
-// sequential in T. Formulated on S^T (V x K) so that the state is an MMA accumulator that never
-// leaves registers (f32, chunk to chunk). Warp w owns 16 value rows of S^T: 16 x 128 floats, 64 per
-// lane, in the m16n8 accumulator layout (tile j = key columns 8j..8j+7).
+// The scan role of the prefill kernel (the warps after the prepare groups): the only part of the
+// chunked form that is sequential in T. Formulated on S^T (V x K) so that the state is an MMA
+// accumulator that never leaves registers (f32, chunk to chunk). Warp w owns 16 value rows of S^T:
+// 16 x 128 floats, 64 per lane, in the m16n8 accumulator layout (tile j = key columns 8j..8j+7).
 //
 // Per chunk (operands from ScanStage, tf32):
 //   V_new^T = U^T + S^T (-W)^T                 16 x kC,  k-dim K
@@ -73,7 +73,7 @@ __device__ __forceinline__ void scan_chunk(const PrefillArgs& a, const ScanStage
                                            uint16_t (&ostage)[kC][kLdOut], float (&S)[kK / 8][4],
                                            int vc, uint16_t* out_rows, int nvalid) {
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  constexpr int kTiles = kC / 8;  // token tiles per chunk
+  constexpr int kTiles = kC / 8;            // token tiles per chunk
   float vn[2][kTiles][4], o[2][kTiles][4];  // [even/odd k-step partial][token tile][fragment]
 #pragma unroll
   for (int m = 0; m < kTiles; ++m) {
