@@ -26,7 +26,7 @@ summary=""
 for s in $steps; do
   case $s in
     tests)
-      timeout 60 "$BIN" --gtest_filter=PrefillGpu.WorkspaceIsZeroAndDimsChecked:PrefillGpu.CollinearKeysBetaNearOne > "$OUT/smoke.log" 2>&1
+      timeout 60 "$BIN" --gtest_filter=PrefillGpu.WorkspaceSizeAndDimsChecked:PrefillGpu.CollinearKeysBetaNearOne > "$OUT/smoke.log" 2>&1
       rc=$?; summary+="smoke rc=$rc $(grep -E '^\[prefill\]|FAILED  \]' "$OUT/smoke.log" | tr '\n' ' ')"$'\n'
       if [ $rc -eq 124 ]; then echo "$summary"; echo "SMOKE TIMED OUT (hang?)"; tail -20 "$OUT/smoke.log"; exit 1; fi
       timeout 180 "$BIN" --gtest_filter="${TEST_FILTER:-PrefillGpu.*}" > "$OUT/tests.log" 2>&1

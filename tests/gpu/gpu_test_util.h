@@ -318,6 +318,8 @@ inline Result run_gpu(const Problem& p, const DeviceInputs& d, cudaStream_t stre
        static_cast<const int32_t*>(d.indices.get())},
       fastkda::Device::kCUDA);
   f.stream = stream;
+  DeviceBuf ws(fastkda::forward_workspace_size(f));
+  f.workspace = ws.get(), f.workspace_bytes = fastkda::forward_workspace_size(f);
   fastkda::forward(f);
   const cudaError_t e = cudaDeviceSynchronize();
   if (e != cudaSuccess)

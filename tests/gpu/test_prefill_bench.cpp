@@ -129,6 +129,10 @@ TEST(PrefillBench, DISABLED_Table) {
     f.B = sh.B, f.T = T;
     if (varlen) f.cu_seqlens = cu_d, f.N = N;
     f.initial_state = s0, f.final_state = s1;
+    void* ws = nullptr;
+    f.workspace_bytes = fastkda::forward_workspace_size(f);
+    BENCH_CUDA(cudaMalloc(&ws, f.workspace_bytes));
+    f.workspace = ws;
 
     // Floor: q, k, v, g, beta read once, out written once, states read and written once.
     const double bytes = 5.0 * tok_elems * 2 + rows * H * 2.0 + 2.0 * state_elems * 4;
@@ -164,7 +168,7 @@ TEST(PrefillBench, DISABLED_Table) {
     }
     unsetenv("FASTKDA_PREFILL_VSPLIT");
     BENCH_CUDA(cudaGetLastError());
-    for (void* p : {q, k, v, g, beta, out, A_log, dt_bias, cu_d, s0, s1}) cudaFree(p);
+    for (void* p : {q, k, v, g, beta, out, A_log, dt_bias, cu_d, s0, s1, ws}) cudaFree(p);
   }
   cudaFree(flush);
 }

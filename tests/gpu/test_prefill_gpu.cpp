@@ -56,7 +56,7 @@ Result check_against_oracle(const Problem& p, const char* label = "") {
   return got;
 }
 
-TEST(PrefillGpu, WorkspaceIsZeroAndDimsChecked) {
+TEST(PrefillGpu, WorkspaceSizeAndDimsChecked) {
   FASTKDA_REQUIRE_GPU();
   Problem p(Case{});
   DeviceInputs d(p);
@@ -64,7 +64,20 @@ TEST(PrefillGpu, WorkspaceIsZeroAndDimsChecked) {
       p.params({d.q.get(), d.k.get(), d.v.get(), d.g.get(), d.beta.get(), nullptr, nullptr, nullptr,
                 nullptr, nullptr, nullptr, nullptr},
                fastkda::Device::kCUDA);
-  EXPECT_EQ(fastkda::forward_workspace_size(f), 0u);
+  // Tb and A_qk (2 KiB) per chunk slot and value head; slots = tokens / 16 + N.
+  const size_t slots = size_t(f.B * f.T / 16 + f.B);
+  EXPECT_EQ(fastkda::forward_workspace_size(f), (slots * f.HV * 2048 + 255) / 256 * 256);
+  DeviceBuf out(p.out_elems() * 2), ws(fastkda::forward_workspace_size(f));
+  f.out = out.get();
+  f.workspace = ws.get();
+  f.workspace_bytes = fastkda::forward_workspace_size(f) - 1;
+  try {
+    fastkda::forward(f);
+    ADD_FAILURE() << "a short workspace must throw";
+  } catch (const fastkda::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("workspace_bytes"), std::string::npos) << e.what();
+  }
+  f.out = nullptr, f.workspace = nullptr, f.workspace_bytes = 0;
   f.K = 64;
   try {
     fastkda::forward(f);
@@ -340,6 +353,9 @@ TEST(PrefillGpu, GraphCapture) {
        dout.get(), init.get(), fin.get(), nullptr},
       fastkda::Device::kCUDA);
   f.stream = s;
+  f.workspace_bytes = fastkda::forward_workspace_size(f);
+  DeviceBuf ws(f.workspace_bytes);
+  f.workspace = ws.get();
   cudaGraph_t graph;
   ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
   fastkda::forward(f);

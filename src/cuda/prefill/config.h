@@ -1,5 +1,6 @@
-// Tile constants and the shared-memory plan of the fused chunked prefill kernel
-// (prefill_kernel.cuh). docs/prefill.md explains the choices; every byte budget is checked here.
+// Tile constants, the workspace layout and the shared-memory plans of the two prefill kernels
+// (intra_kernel.cuh, prefill_kernel.cuh). docs/prefill.md explains the choices; every byte budget
+// is checked here.
 #pragma once
 
 #include <cstddef>
@@ -12,17 +13,24 @@ constexpr int kV = 128;   // value dim
 constexpr int kC = 16;    // chunk length: one m16 MMA tile of tokens
 constexpr int kHalf = 8;  // sub-block: rows 8..15 of a chunk are anchored at row 7 (§ anchoring)
 
-constexpr int kPrepWarps = 4;                  // warps per prepare group (chunk-parallel work)
+constexpr int kPrepWarps = 4;                  // warps per prepare group / per intra CTA
 constexpr int kPrepThreads = 32 * kPrepWarps;  // one thread per key column in the gate scan
 static_assert(kPrepThreads == kK, "prepare threads own one key column each");
 
-// Prepare groups: 1 (warps 0..3 prepare every chunk, raw inputs double-buffered) or 2 (groups
-// alternate chunks, each with its own raw stage and private buffers: twice the time per chunk for
-// the latency-bound prepare). Scan warps follow the prepare warps. A full-width slice (kVs = 128)
-// then has 512 threads: 128 registers each (ptxas: 24 bytes of spill, outside the chunk loop).
+// Workspace: per (chunk slot, value head) the intra kernel writes Tb = (I + N)^-1 diag(beta) and
+// A_qk, kC x kC f32 each (2 KiB per chunk and head, 128 B per token and head). A chunk slot of
+// chunk c of sequence n is (bos_n / kC) + n + c: injective, computable by both kernels without
+// any host work; slots <= total_tokens / kC + N + 1.
+constexpr int kWsFloats = 2 * kC * kC;
+constexpr size_t kWsBytes = kWsFloats * sizeof(float);
+
+// Prepare groups in the scan kernel: each alternates chunks with the others (group p: chunks
+// p, p + G, ...), owns two raw stages (next chunk loads while it works) and one scan stage.
+// kVs = 128: 2 groups + 8 scan warps = 512 threads (128 registers); kVs = 32: 3 groups + 2 scan
+// warps (448 threads, 144 registers; more would not fit shared memory).
 template <int kVs>
 constexpr int prep_groups() {
-  return 2;
+  return kVs == 32 ? 3 : 2;
 }
 template <int kVs>
 constexpr int block_threads() {
@@ -40,39 +48,33 @@ constexpr float kMaxAnchorSpan = 100.0f;
 constexpr int kLdPrep = kK + 4;  // G, kt, qt, kd, ko: [kC][kLdPrep]
 constexpr int kLdScan = kK + 8;  // w, qs: [kC][kLdScan]
 constexpr int kLdTok = kC + 8;   // ke [kK][kLdTok], aqk [kC][kLdTok]
-constexpr int kLdN = kC + 4;     // nmat [kC][kLdN] (rows read as float4)
+constexpr int kLdN = kC + 4;     // nmat [kC][kLdN]
 constexpr int kLdOut = 16 + 8;   // output staging, bf16 [kC][kLdOut] per scan warp (16-B rows)
 static_assert(kLdPrep % 32 == 4 && kLdScan % 32 == 8 && kLdTok % 32 == 24 && kLdN % 4 == 0,
               "fragment-load bank layout");
 
-// Barrier ids (0 is __syncthreads).
+// Barrier ids of the scan kernel (0 is __syncthreads); at most 3 groups.
 enum Barrier : int {
-  kBarFull0 = 2,   // scan stage s filled: kBarFull0 + s
+  kBarFull0 = 1,   // scan stage s filled: kBarFull0 + s
   kBarEmpty0 = 4,  // scan stage s consumed: kBarEmpty0 + s
-  kBarPrep0 = 6,   // prepare group p among itself: kBarPrep0 + p
+  kBarPrep0 = 7,   // prepare group p among itself: kBarPrep0 + p
+};
+static_assert(prep_groups<32>() <= 3 && prep_groups<64>() <= 3 && prep_groups<128>() <= 3,
+              "barrier ids");
+
+// ---- intra kernel (one CTA of kPrepThreads per chunk and value head) --------------------------
+
+// Raw q, k, g of one chunk (rows past the sequence end zero-filled). After the gate scan the gate
+// rows are dead and the same bytes hold A_qk (aqk).
+struct RawQKG {
+  uint16_t q[kC][kK];  // bf16
+  uint16_t k[kC][kK];  // bf16
+  union {
+    float g[kC][kK];          // f32 gate; a bf16 gate uses the first half as uint16_t [kC][kK]
+    float aqk[kC][kLdTok];    // lower-incl(scale q^ k^T . pairwise decays), tf32
+  };
 };
 
-// One chunk of raw inputs, filled by cp.async (rows past the sequence end are zero-filled).
-template <int kVs>
-struct RawStage {
-  uint16_t q[kC][kK];   // bf16
-  uint16_t k[kC][kK];   // bf16
-  uint16_t v[kC][kVs];  // bf16, this CTA's value columns
-  float g[kC][kK];      // f32 gate; a bf16 gate uses the first half as uint16_t [kC][kK]
-};
-
-// What the scan warps consume for one chunk (all tf32-rounded except u and decay).
-template <int kVs>
-struct ScanStage {
-  float w[kC][kLdScan];   // -W = -(I + N)^-1 diag(beta) (k^ . 2^G)
-  float qs[kC][kLdScan];  // scale q^ . 2^G
-  float ke[kK][kLdTok];   // (k^ . 2^(G_C - G))^T
-  float aqk[kC][kLdTok];  // lower-incl(scale q^ k^T . pairwise decays)
-  float u[kC][kVs + 4];   // U = (I + N)^-1 diag(beta) v  (f32, MMA accumulator init)
-  float decay[kK];        // 2^G_C
-};
-
-// Private to one prepare group, alive within one chunk's prepare.
 struct PrepPrivate {
   float G[kC][kLdPrep];      // cumulative log2 decay inside the chunk (exact pairwise fallback)
   float kt[kC][kLdPrep];     // row operand of A': k^ . 2^(G - anchor)
@@ -82,14 +84,51 @@ struct PrepPrivate {
   float nmat[kC][kLdN];      // N = strictly_lower(diag(beta) A')
   float rq[kC], rk[kC];      // 1 / ||q||, 1 / ||k|| per row (1 without l2norm)
   float beta[kC];            // activated beta (0 past the sequence end)
-  uint32_t span[kPrepWarps][kC];  // per prepare warp: max over its columns of anchor - G (f32 bits)
+  uint32_t span[kPrepWarps][kC];  // per warp: max over its columns of anchor - G (f32 bits)
+};
+
+struct IntraPlan {
+  RawQKG raw;
+  PrepPrivate pp;
+};
+constexpr size_t intra_shared_bytes() { return sizeof(IntraPlan); }
+constexpr int kIntraCtasPerSm = 4;
+static_assert((intra_shared_bytes() + 1024) * kIntraCtasPerSm <= 228 * 1024,
+              "intra kernel: 4 CTAs per SM");
+
+// ---- scan kernel ------------------------------------------------------------------------------
+
+// One chunk of inputs, filled by cp.async (rows past the sequence end zero-filled).
+template <int kVs>
+struct RawStage {
+  float tb[kC][kC];     // Tb = (I + N)^-1 diag(beta) from the workspace
+  float aqk[kC][kC];    // A_qk from the workspace
+  uint16_t q[kC][kK];   // bf16
+  uint16_t k[kC][kK];   // bf16
+  uint16_t v[kC][kVs];  // bf16, this CTA's value columns
+  float g[kC][kK];      // f32 gate; a bf16 gate uses the first half as uint16_t [kC][kK]
+};
+
+// What the scan warps consume for one chunk (all tf32-rounded except u and decay).
+template <int kVs>
+struct ScanStage {
+  float w[kC][kLdScan];   // -W = -Tb (k^ . 2^G)
+  float qs[kC][kLdScan];  // scale q^ . 2^G
+  float ke[kK][kLdTok];   // (k^ . 2^(G_C - G))^T
+  float aqk[kC][kLdTok];  // A_qk
+  float u[kC][kVs + 4];   // U = Tb v  (f32, MMA accumulator init)
+  float decay[kK];        // 2^G_C
+};
+
+struct RowNorms {
+  float rq[kC], rk[kC];  // 1 / ||q||, 1 / ||k|| per row
 };
 
 template <int kVs>
 struct SharedPlan {
-  RawStage<kVs> raw[2];    // raw inputs of chunk c in raw[c % 2]
-  ScanStage<kVs> scan[2];  // prepared operands of chunk c in scan[c % 2]
-  PrepPrivate prep[prep_groups<kVs>()];
+  RawStage<kVs> raw[prep_groups<kVs>()][2];  // group p: its chunks alternate raw[p][0], [p][1]
+  ScanStage<kVs> scan[prep_groups<kVs>()];   // chunk c in scan[c % groups]
+  RowNorms norms[prep_groups<kVs>()];
   uint16_t ostage[kVs / 16][kC][kLdOut];  // per scan warp: bf16 output tile before 16-B stores
 };
 
@@ -97,11 +136,14 @@ template <int kVs>
 constexpr size_t shared_bytes() {
   return sizeof(SharedPlan<kVs>);
 }
-static_assert(shared_bytes<128>() <= 227 * 1024 && shared_bytes<64>() <= 227 * 1024,
+static_assert(shared_bytes<128>() <= 227 * 1024 && shared_bytes<64>() <= 227 * 1024 &&
+                  shared_bytes<32>() <= 227 * 1024,
               "shared memory over the sm_90 limit");
-static_assert(sizeof(PrepPrivate) % 16 == 0 && sizeof(RawStage<128>) % 16 == 0 &&
-                  sizeof(ScanStage<128>) % 16 == 0 && sizeof(RawStage<32>) % 16 == 0 &&
-                  sizeof(ScanStage<32>) % 16 == 0,
+static_assert(sizeof(RawStage<128>) % 16 == 0 && sizeof(ScanStage<128>) % 16 == 0 &&
+                  sizeof(RawStage<32>) % 16 == 0 && sizeof(ScanStage<32>) % 16 == 0 &&
+                  sizeof(RawStage<64>) % 16 == 0 && sizeof(ScanStage<64>) % 16 == 0 &&
+                  sizeof(RowNorms) % 16 == 0 && sizeof(RawQKG) % 16 == 0 &&
+                  sizeof(PrepPrivate) % 16 == 0,
               "16-byte aligned stages");
 
 }  // namespace fastkda::prefill_cuda

@@ -17,7 +17,7 @@
 #include "cuda/device/ptx.cuh"
 #include "cuda/prefill/args.h"
 #include "cuda/prefill/config.h"
-#include "cuda/prefill/prepare.cuh"
+#include "cuda/prefill/common.cuh"
 
 namespace fastkda::prefill_cuda {
 

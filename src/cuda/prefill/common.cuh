@@ -1,0 +1,163 @@
+// Per-chunk elementwise work shared by the intra kernel and the scan kernel's prepare warps:
+// raw-input copies, gate activation and in-chunk cumulative log2 decay G, row norms, beta, and the
+// chunk-slot index of the workspace (config.h).
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include "cuda/device/ptx.cuh"
+#include "cuda/prefill/args.h"
+#include "cuda/prefill/config.h"
+
+namespace fastkda::prefill_cuda {
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+__device__ __forceinline__ float bf16_bits_to_f32(uint16_t h) {
+  return __uint_as_float(uint32_t(h) << 16);
+}
+__device__ __forceinline__ float load_f32_or_bf16(const void* p, bool is_f32, int64_t i) {
+  return is_f32 ? static_cast<const float*>(p)[i]
+                : bf16_bits_to_f32(static_cast<const uint16_t*>(p)[i]);
+}
+
+__device__ __forceinline__ int64_t load_cu(const PrefillArgs& a, int64_t n) {
+  return a.cu_i64 ? static_cast<const int64_t*>(a.cu_seqlens)[n]
+                  : int64_t(static_cast<const int32_t*>(a.cu_seqlens)[n]);
+}
+__device__ __forceinline__ int64_t seq_begin(const PrefillArgs& a, int64_t n) {
+  return a.cu_seqlens ? load_cu(a, n) : n * a.T;
+}
+// First workspace chunk slot of sequence n (strictly increasing in n, see config.h).
+__device__ __forceinline__ int64_t slot_base(int64_t bos, int64_t n) { return bos / kC + n; }
+__device__ __forceinline__ float* chunk_ws(const PrefillArgs& a, int64_t slot, int hv) {
+  return a.ws + (slot * a.HV + hv) * kWsFloats;
+}
+
+__device__ __forceinline__ float beta_activation(const PrefillArgs& a, float b) {
+  if (a.beta_act == BetaAct::kGiven) return b;
+  const float s = device::rcp_approx(1.0f + device::ex2_approx(-b * kLog2e));
+  return a.beta_act == BetaAct::kTwoSigmoid ? 2.0f * s : s;
+}
+
+// Issues the cp.async copies of q, k, g of the chunk starting at tok0 (rows past nvalid zero).
+template <class Raw>
+__device__ __forceinline__ void load_qkg(const PrefillArgs& a, Raw& r, int64_t tok0, int nvalid,
+                                         int h, int hv, int tid) {
+  for (int s = tid; s < kC * (kK / 8); s += kPrepThreads) {
+    const int row = s / (kK / 8), col = (s % (kK / 8)) * 8;
+    const bool ok = row < nvalid;
+    const int64_t tok = tok0 + (ok ? row : 0);
+    device::cp_async_cg_16(&r.q[row][col], a.q + tok * a.q_stride + int64_t(h) * kK + col,
+                           ok ? 16 : 0);
+    device::cp_async_cg_16(&r.k[row][col], a.k + tok * a.k_stride + int64_t(h) * kK + col,
+                           ok ? 16 : 0);
+  }
+  const int per_row = a.g_f32 ? kK / 4 : kK / 8;  // 16-byte segments per gate row
+  for (int s = tid; s < kC * per_row; s += kPrepThreads) {
+    const int row = s / per_row, seg = s % per_row;
+    const bool ok = row < nvalid;
+    const int64_t tok = tok0 + (ok ? row : 0);
+    const char* src = static_cast<const char*>(a.g) +
+                      (tok * a.g_stride + int64_t(hv) * kK) * (a.g_f32 ? 4 : 2) + seg * 16;
+    char* dst = reinterpret_cast<char*>(&r.g[0][0]) + row * kK * (a.g_f32 ? 4 : 2) + seg * 16;
+    device::cp_async_cg_16(dst, src, ok ? 16 : 0);
+  }
+}
+
+// Raw beta of row `row` of the chunk starting at tok0 (0 past the end).
+__device__ __forceinline__ float load_beta_raw(const PrefillArgs& a, int64_t tok0, int row,
+                                               int nvalid, int hv) {
+  if (row >= nvalid) return 0.0f;
+  return load_f32_or_bf16(a.beta, a.beta_f32, (tok0 + row) * a.beta_stride + hv);
+}
+
+// Log2-decays of one key column for the kC rows of a chunk (rows >= nvalid: 0). The mode switch
+// sits outside the row loop so the rows are independent straight-line code (ILP).
+__device__ __forceinline__ void gate_rows(const PrefillArgs& a, const float (&x)[kC], float bias,
+                                          float A, int nvalid, float (&al2)[kC]) {
+  using device::ex2_approx;
+  switch (a.gate) {
+    case Gate::kBounded:
+#pragma unroll
+      for (int row = 0; row < kC; ++row)
+        al2[row] = a.lower_bound_log2 *
+                   device::rcp_approx(1.0f + ex2_approx(-A * kLog2e * (x[row] + bias)));
+      break;
+    case Gate::kSoftplus:
+#pragma unroll
+      for (int row = 0; row < kC; ++row) {
+        const float z = (x[row] + bias) * kLog2e;
+        al2[row] = -A * (z > 20.0f * kLog2e ? z : device::lg2_approx(1.0f + ex2_approx(z)));
+      }
+      break;
+    default:
+#pragma unroll
+      for (int row = 0; row < kC; ++row) al2[row] = x[row] * kLog2e;
+  }
+#pragma unroll
+  for (int row = 0; row < kC; ++row) al2[row] = row < nvalid ? al2[row] : 0.0f;
+}
+
+// Thread i (key column i): the gate of its column for all kC rows and the cumulative sum G (log2)
+// in registers (Gr); warps compute the row norms of q and k into nrm.rq / nrm.rk. With kFull (the
+// intra kernel) also G in pp.G, the per-row anchor spans reduced over the warp's 32 columns, and
+// the activated beta (threads 0..kC-1).
+template <bool kFull, class Raw, class Priv>
+__device__ __forceinline__ void gate_scan(const PrefillArgs& a, Priv& pp, const Raw& r,
+                                          int nvalid, float bias, float A, float beta_raw, int i,
+                                          float (&Gr)[kC]) {
+  const int lane = i & 31, warp = i >> 5;
+  const uint16_t* g16 = reinterpret_cast<const uint16_t*>(&r.g[0][0]);
+  float x[kC];
+#pragma unroll
+  for (int row = 0; row < kC; ++row)
+    x[row] = a.g_f32 ? r.g[row][i] : bf16_bits_to_f32(g16[row * kK + i]);
+  float al2[kC];
+  gate_rows(a, x, bias, A, nvalid, al2);
+  float G = 0.0f;
+#pragma unroll
+  for (int row = 0; row < kC; ++row) {
+    G += al2[row];
+    Gr[row] = G;
+  }
+  if constexpr (kFull) {
+#pragma unroll
+    for (int row = 0; row < kC; ++row) {
+      pp.G[row][i] = Gr[row];
+      const float span = (row < kHalf ? 0.0f : Gr[kHalf - 1]) - Gr[row];  // >= 0 (valid gates)
+      const uint32_t m = device::redux_max_u32(__float_as_uint(span));
+      if (lane == 0) pp.span[warp][row] = m;
+    }
+    if (i < kC) pp.beta[i] = i < nvalid ? beta_activation(a, beta_raw) : 0.0f;
+  }
+  // Row norms: 2 * kC rows (q then k) over the 4 warps; lane reads 4 columns.
+  constexpr int kRows = 2 * kC / kPrepWarps;
+  float ss[kRows];
+#pragma unroll
+  for (int j = 0; j < kRows; ++j) {
+    const int idx = warp * kRows + j;
+    const uint16_t* row = idx < kC ? r.q[idx] : r.k[idx - kC];
+    const uint2 u = *reinterpret_cast<const uint2*>(row + 4 * lane);
+    const float x0 = bf16_bits_to_f32(u.x & 0xffff), x1 = bf16_bits_to_f32(u.x >> 16);
+    const float x2 = bf16_bits_to_f32(u.y & 0xffff), x3 = bf16_bits_to_f32(u.y >> 16);
+    ss[j] = x0 * x0 + x1 * x1 + x2 * x2 + x3 * x3;
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+    for (int j = 0; j < kRows; ++j) ss[j] += __shfl_xor_sync(0xffffffffu, ss[j], o);
+  if (lane == 0) {
+#pragma unroll
+    for (int j = 0; j < kRows; ++j) {
+      const int idx = warp * kRows + j;
+      const float rn = a.l2norm ? device::rsqrt_approx(ss[j] + 1e-6f) : 1.0f;
+      if (idx < kC)
+        pp.rq[idx] = rn;
+      else
+        pp.rk[idx - kC] = rn;
+    }
+  }
+}
+
+}  // namespace fastkda::prefill_cuda

@@ -1,0 +1,139 @@
+// The chunk-parallel heavy part of DESIGN §2's chunked form, for one chunk of kC tokens of one
+// (sequence, value head) (a CTA of 4 warps in intra_kernel.cuh):
+//
+//   G, norms, beta (common.cuh)  ->  anchored_operands: tf32 operands of A' and A_qk
+//                                ->  intra_products:    N = strictly_lower(diag(beta) A'), A_qk
+//                                                       (tf32 MMA, anchored, see below)
+//                                ->  exact_rows:        rows whose anchored form would overflow
+//                                ->  invert_unit_lower: Tb = (I + N)^-1 diag(beta), f32
+//
+// Anchoring (never materialise 2^+G): rows 0..7 of a chunk are anchored at the chunk start,
+// rows 8..15 at row 7. Pairwise factors 2^(G_r - G_s) (s <= r) are split as
+// 2^(G_r - anchor) * 2^(anchor - G_s); the anchor is a row <= r, so row r never depends on a later
+// row (causal bit for bit). The off-diagonal block (r >= 8, s < 8) has both factors <= 1. In the
+// diagonal blocks the column factor is >= 1; it is clamped at 2^kMaxAnchorSpan, and rows whose own
+// span exceeds that (strong gates, e.g. softplus at -1000) are recomputed exactly pair by pair.
+#pragma once
+
+#include "cuda/prefill/common.cuh"
+
+namespace fastkda::prefill_cuda {
+
+// Thread i (key column i): the anchored tf32 operands kt, qt (rows), kd, ko (columns).
+__device__ __forceinline__ void anchored_operands(const PrefillArgs& a, PrepPrivate& pp,
+                                                  const RawQKG& r, int i, const float (&Gr)[kC]) {
+  using device::ex2_approx;
+  using device::round_tf32;
+  const float g7 = Gr[kHalf - 1];
+#pragma unroll
+  for (int row = 0; row < kC; ++row) {
+    const float kn = bf16_bits_to_f32(r.k[row][i]) * pp.rk[row];
+    const float qn = bf16_bits_to_f32(r.q[row][i]) * pp.rq[row] * a.scale;
+    const float anchor = row < kHalf ? 0.0f : g7;
+    const float e = ex2_approx(Gr[row] - anchor);  // <= 1
+    pp.kt[row][i] = round_tf32(kn * e);
+    pp.qt[row][i] = round_tf32(qn * e);
+    pp.kd[row][i] = round_tf32(kn * ex2_approx(fminf(anchor - Gr[row], kMaxAnchorSpan)));
+    if (row < kHalf) pp.ko[row][i] = round_tf32(kn * ex2_approx(g7 - Gr[row]));
+  }
+}
+
+// Warp w: one 16 x 8 block of A' (w = 0, 1) or A_qk (w = 2, 3), column tile w % 2, by tf32 MMA over
+// the 128 key columns. Column tile 0 needs two column operands: kd (diagonal block, rows 0..7) and
+// ko (off-diagonal block, rows 8..15).
+__device__ __forceinline__ void intra_products(PrepPrivate& sm, float (&aqk)[kC][kLdTok], int i) {
+  const int lane = i & 31, warp = i >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const bool is_qk = warp >= 2;
+  const int nt = warp & 1;
+  const float(*X)[kLdPrep] = is_qk ? sm.qt : sm.kt;
+  float acc0[2][4] = {}, acc1[2][4] = {};  // [even/odd k-step][fragment]: diag, off-diag
+#pragma unroll
+  for (int ks = 0; ks < kK / 8; ++ks) {
+    const int c = 8 * ks + t;
+    const uint32_t af[4] = {__float_as_uint(X[g][c]), __float_as_uint(X[g + 8][c]),
+                            __float_as_uint(X[g][c + 4]), __float_as_uint(X[g + 8][c + 4])};
+    const float* bd = sm.kd[8 * nt + g];
+    device::mma_m16n8k8_tf32(acc0[ks & 1], af, __float_as_uint(bd[c]), __float_as_uint(bd[c + 4]));
+    if (nt == 0) {
+      const float* bo = sm.ko[g];
+      device::mma_m16n8k8_tf32(acc1[ks & 1], af, __float_as_uint(bo[c]),
+                               __float_as_uint(bo[c + 4]));
+    }
+  }
+  // Row g takes the diagonal-block result; row g + 8 the off-diagonal one in tile 0.
+  float val[4];
+#pragma unroll
+  for (int f = 0; f < 4; ++f) {
+    const float d = acc0[0][f] + acc0[1][f], o = acc1[0][f] + acc1[1][f];
+    val[f] = (nt == 0 && f >= 2) ? o : d;
+  }
+#pragma unroll
+  for (int f = 0; f < 4; ++f) {
+    const int row = g + (f >= 2 ? 8 : 0), col = 8 * nt + 2 * t + (f & 1);
+    if (is_qk)
+      aqk[row][col] = col <= row ? device::round_tf32(val[f]) : 0.0f;
+    else
+      sm.nmat[row][col] = col < row ? sm.beta[row] * val[f] : 0.0f;
+  }
+}
+
+// True when row `row` of the chunk needs the exact pairwise form (span > kMaxAnchorSpan).
+__device__ __forceinline__ bool row_needs_exact(const PrepPrivate& sm, int row) {
+  uint32_t m = 0;
+#pragma unroll
+  for (int w = 0; w < kPrepWarps; ++w) m = max(m, sm.span[w][row]);
+  return m > __float_as_uint(kMaxAnchorSpan);
+}
+
+// Exact diagonal-block entries of A' and A_qk for rows flagged by row_needs_exact: pairs (row, s),
+// s in the row's 8-row block and s <= row, dealt round-robin to the 4 warps; lanes split the key
+// columns; fixed-order warp reduction (bitwise reproducible).
+__device__ __forceinline__ void exact_rows(const PrefillArgs& a, PrepPrivate& sm, const RawQKG& r,
+                                           float (&aqk)[kC][kLdTok], int i) {
+  const int lane = i & 31, warp = i >> 5;
+  int pair = 0;
+  for (int row = 0; row < kC; ++row) {
+    if (!row_needs_exact(sm, row)) continue;
+    for (int s = row < kHalf ? 0 : kHalf; s <= row; ++s, ++pair) {
+      if (pair % kPrepWarps != warp) continue;
+      float sk = 0.0f, sq = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kK / 32; ++j) {
+        const int col = lane + 32 * j;
+        const float f = device::ex2_approx(sm.G[row][col] - sm.G[s][col]);
+        const float ks = bf16_bits_to_f32(r.k[s][col]) * sm.rk[s] * f;
+        sk += bf16_bits_to_f32(r.k[row][col]) * sm.rk[row] * ks;
+        sq += bf16_bits_to_f32(r.q[row][col]) * sm.rq[row] * ks;
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) {
+        sk += __shfl_xor_sync(0xffffffffu, sk, o);
+        sq += __shfl_xor_sync(0xffffffffu, sq, o);
+      }
+      if (lane == 0) {
+        if (s < row) sm.nmat[row][s] = sm.beta[row] * sk;
+        aqk[row][s] = device::round_tf32(a.scale * sq);
+      }
+    }
+  }
+}
+
+// Thread j < kC: column j of Tb = (I + N)^-1 diag(beta) by f32 forward substitution (no Neumann
+// series: exact for near-collinear keys), stored row-major to tb_out [kC][kC]. Row r uses rows
+// <= r of N only (causal); entries above the diagonal are exact zeros.
+__device__ __forceinline__ void invert_unit_lower(const PrepPrivate& pp, int j, float* tb_out) {
+  float x[kC];
+#pragma unroll
+  for (int row = 0; row < kC; ++row) {
+    float acc = row == j ? 1.0f : 0.0f;
+#pragma unroll
+    for (int s = 0; s < row; ++s) acc -= pp.nmat[row][s] * x[s];
+    x[row] = acc;
+  }
+  const float b = pp.beta[j];
+#pragma unroll
+  for (int row = 0; row < kC; ++row) tb_out[row * kC + j] = x[row] * b;
+}
+
+}  // namespace fastkda::prefill_cuda

@@ -1,0 +1,75 @@
+// intra_kernel: the chunk-parallel, heavy part of the chunked KDA forward (DESIGN §2), off the
+// serial path of the scan: for every chunk of kC tokens and value head, the anchored A' and A_qk
+// (tf32 MMA, exact rows where the anchored form would overflow) and Tb = (I + N)^-1 diag(beta).
+//
+// Grid: (chunk slot, value head); slot s belongs to the sequence n with slot_base(n) <= s <
+// slot_base(n + 1) (binary search over cu_seqlens; slots past a sequence's last chunk exit).
+// One CTA of 4 warps (kPrepThreads) per chunk, kIntraCtasPerSm CTAs per SM; shared memory
+// IntraPlan (config.h). Reads q, k, g, beta of the chunk; writes Tb and A_qk (2 KiB) to the
+// workspace at chunk_ws(slot, hv), read by prefill_kernel's prepare warps.
+#pragma once
+
+#include "cuda/prefill/intra.cuh"
+
+namespace fastkda::prefill_cuda {
+
+// Sequence owning chunk slot `slot` (largest n with slot_base(n) <= slot).
+__device__ __forceinline__ int64_t slot_sequence(const PrefillArgs& a, int64_t slot) {
+  int64_t lo = 0, hi = a.num_seq - 1;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    if (slot_base(seq_begin(a, mid), mid) <= slot)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
+}
+
+__global__ void __launch_bounds__(kPrepThreads, kIntraCtasPerSm)
+    intra_kernel(const __grid_constant__ PrefillArgs a) {
+  extern __shared__ __align__(128) unsigned char smem_bytes[];
+  auto& sm = *reinterpret_cast<IntraPlan*>(smem_bytes);
+  const int64_t slot = blockIdx.x;
+  const int hv = blockIdx.y;
+  const int i = threadIdx.x;
+
+  const int64_t n = slot_sequence(a, slot);
+  const int64_t bos = seq_begin(a, n);
+  const int64_t eos = a.cu_seqlens ? load_cu(a, n + 1) : bos + a.T;
+  const int64_t c = slot - slot_base(bos, n);
+  const int64_t tok0 = bos + c * kC;
+  if (c < 0 || tok0 >= eos) return;  // a slot before the first sequence or past a sequence's end
+  const int nvalid = int(eos - tok0 < kC ? eos - tok0 : kC);
+  const int h = hv / a.group;
+
+  load_qkg(a, sm.raw, tok0, nvalid, h, hv, i);
+  device::cp_async_commit_group();
+  const float bias = a.dt_bias ? a.dt_bias[int64_t(hv) * kK + i] : 0.0f;
+  const float A = a.A_log ? expf(a.A_log[hv]) : 1.0f;
+  const float beta_raw = i < kC ? load_beta_raw(a, tok0, i, nvalid, hv) : 0.0f;
+  device::cp_async_wait_group<0>();
+  __syncthreads();
+
+  float Gr[kC];
+  gate_scan<true>(a, sm.pp, sm.raw, nvalid, bias, A, beta_raw, i, Gr);
+  __syncthreads();
+  anchored_operands(a, sm.pp, sm.raw, i, Gr);  // also: the gate rows are dead from here on
+  __syncthreads();
+  intra_products(sm.pp, sm.raw.aqk, i);
+  __syncthreads();
+  bool any_exact = false;
+#pragma unroll
+  for (int row = 0; row < kC; ++row) any_exact |= row_needs_exact(sm.pp, row);
+  if (any_exact) {
+    exact_rows(a, sm.pp, sm.raw, sm.raw.aqk, i);
+    __syncthreads();
+  }
+
+  float* ws = chunk_ws(a, slot, hv);  // [Tb kC x kC][A_qk kC x kC]
+  if (i < kC) invert_unit_lower(sm.pp, i, ws);
+#pragma unroll
+  for (int e = i; e < kC * kC; e += kPrepThreads) ws[kC * kC + e] = sm.raw.aqk[e / kC][e % kC];
+}
+
+}  // namespace fastkda::prefill_cuda
