@@ -68,10 +68,8 @@ void decode(const DecodeParams&) { FASTKDA_CHECK(false, "device: built without C
 #endif
 
 size_t forward_workspace_size(const ForwardParams& p) {
-  if (p.device != Device::kCUDA) return 0;
-  FASTKDA_CHECK(built_with_cuda(), "device: CUDA requested, but fastkda was built without CUDA "
-                                   "kernels");
-  return cuda::prefill_workspace_size(p);
+  validate_problem(p);
+  return p.device == Device::kCUDA ? cuda::prefill_workspace_size(p) : 0;
 }
 
 void forward(const ForwardParams& p) {

@@ -135,6 +135,9 @@ inline int64_t state_offset(StateLayout layout, int K, int V, int i_k, int i_v) 
 }
 
 // ---- internal entry points (called by api.cpp after validation) -----------------------------
+// Everything validate(ForwardParams) checks except the workspace (which is sized from the rest).
+void validate_problem(const ForwardParams& p);
+
 namespace cpu {
 void forward_recurrent(const ForwardParams& p);  // fp64 token recurrence: the oracle
 void forward_chunked(const ForwardParams& p);    // fp32 chunked form (DESIGN §2)

@@ -25,7 +25,7 @@ void validate_inputs(const KdaInputs& p, int64_t tokens) {
   FASTKDA_CHECK(p.device == Device::kCPU || p.device == Device::kCUDA,
                 "device: expected CPU or CUDA, got ", int(p.device));
   FASTKDA_CHECK(p.device == Device::kCPU || built_with_cuda(),
-                "device: CUDA tensors given, but fastkda was built without CUDA kernels "
+                "device: expected cpu, got cuda: fastkda was built without CUDA kernels "
                 "(rebuild with nvcc present, or -DFASTKDA_CUDA=ON)");
   FASTKDA_CHECK(p.H > 0, "H: expected > 0, got ", p.H);
   FASTKDA_CHECK(p.HV > 0 && p.HV % p.H == 0, "HV: expected a positive multiple of H = ", p.H,
@@ -33,7 +33,7 @@ void validate_inputs(const KdaInputs& p, int64_t tokens) {
   FASTKDA_CHECK(is_head_dim(p.K), "K: expected 64, 128 or 256, got ", p.K);
   FASTKDA_CHECK(is_head_dim(p.V), "V: expected 64, 128 or 256, got ", p.V);
   if (p.device == Device::kCUDA) {
-    FASTKDA_CHECK(p.K == 128 && p.V == 128, "K, V: the CUDA kernels support K = V = 128, got K = ",
+    FASTKDA_CHECK(p.K == 128 && p.V == 128, "K, V: expected K = V = 128 on CUDA (the kernels' head dims), got K = ",
                   p.K, ", V = ", p.V);
   }
   check_float_dtype(p.io_dtype, "io_dtype (q, k, v, out)");
@@ -98,7 +98,7 @@ void check_state(const void* ptr, DType dtype, const char* name, Device device) 
 
 }  // namespace
 
-void validate(const ForwardParams& p) {
+void validate_problem(const ForwardParams& p) {
   FASTKDA_CHECK(p.B >= 0, "B: expected >= 0, got ", p.B);
   FASTKDA_CHECK(p.T >= 0, "T: expected >= 0, got ", p.T);
   validate_inputs(p, p.B * p.T);
@@ -152,7 +152,10 @@ void validate(const ForwardParams& p) {
                       "] = ", p.state_indices[n]);
     }
   }
+}
 
+void validate(const ForwardParams& p) {
+  validate_problem(p);
   if (p.device == Device::kCUDA) {
     const size_t need = cuda::prefill_workspace_size(p);
     FASTKDA_CHECK(p.workspace_bytes >= need, "workspace_bytes: expected >= ", need,

@@ -108,11 +108,13 @@ struct ChunkWork {
         for (int c = 0; c < K; ++c) qi[c] = ki[c] = a[c] = 0.0f;
         for (int c = 0; c < V; ++c) v[i * V + c] = 0.0f;
       }
+      FASTKDA_IVDEP
       for (int c = 0; c < K; ++c) e[i * K + c] = exp_fast(a[c]);
       if (i == 0) {
         for (int c = 0; c < K; ++c) Gi[c] = double(a[c]);
       } else {
         const double* Gprev = Gi - K;
+        FASTKDA_IVDEP
         for (int c = 0; c < K; ++c) Gi[c] = Gprev[c] + double(a[c]);
       }
     }
@@ -124,15 +126,18 @@ struct ChunkWork {
     const int ldx = K + V;
     for (int i = 0; i < L16; ++i) {
       const double* Gi = &G[i * K];
+      FASTKDA_IVDEP
       for (int c = 0; c < K; ++c) {
         const float eg = exp_fast(float(Gi[c]));
         qg[i * K + c] = q[i * K + c] * eg;
         x[i * ldx + c] = -beta[i] * k[i * K + c] * eg;
         kend[i * K + c] = k[i * K + c] * exp_diff(Glast[c], Gi[c]);
       }
+      FASTKDA_IVDEP
       for (int c = 0; c < V; ++c) x[i * ldx + K + c] = beta[i] * v[i * V + c];
     }
     transpose(kend.data(), L16, K, kendt.data(), kChunk);
+    FASTKDA_IVDEP
     for (int c = 0; c < K; ++c) decay_end[c] = exp_fast(float(Glast[c]));
   }
 
@@ -153,6 +158,7 @@ struct ChunkWork {
           const float* ej = &e[(j + 1) * K];
           const float* kj = &k[j * K];
           float sa[8] = {}, sq[8] = {};
+          FASTKDA_IVDEP
           for (int c = 0; c < K; c += 8)
             for (int l = 0; l < 8; ++l) {
               dij[c + l] *= ej[c + l];
@@ -170,6 +176,7 @@ struct ChunkWork {
       for (int ii = 0; ii < kBlock; ++ii) {
         const int i = b0 + ii;
         const double* Gi = &G[i * K];
+        FASTKDA_IVDEP
         for (int c = 0; c < K; ++c) {
           const float f = exp_diff(Gi[c], Gr[c]);
           rowk[ii * K + c] = -beta[i] * k[i * K + c] * f;
@@ -178,6 +185,7 @@ struct ChunkWork {
       }
       for (int j = 0; j < b0; ++j) {
         const double* Gj = &G[j * K];
+        FASTKDA_IVDEP
         for (int c = 0; c < K; ++c) colk[j * K + c] = k[j * K + c] * exp_diff(Gr[c], Gj[c]);
       }
       transpose(colk.data(), b0, K, colkt.data(), b0);
@@ -199,6 +207,7 @@ struct ChunkWork {
         for (int j = b0; j < i; ++j) {
           const float aij = aneg[i * kChunk + j];
           const float* xj = &x[j * ldx];
+          FASTKDA_IVDEP
           for (int c = 0; c < ldx; ++c) xi[c] += aij * xj[c];
         }
       }
@@ -210,6 +219,7 @@ struct ChunkWork {
   FASTKDA_INLINE void chunk_output(int L16) {
     const int ldx = K + V;
     for (int i = 0; i < L16; ++i)
+      FASTKDA_IVDEP
       for (int c = 0; c < V; ++c) vn[i * V + c] = x[i * ldx + K + c];
     gemm_acc<Gemm>(L16, V, K, x.data(), ldx, S.data(), V, vn.data(), V);
     std::fill(o.begin(), o.begin() + L16 * V, 0.0f);
@@ -222,6 +232,7 @@ struct ChunkWork {
   template <class Gemm>
   FASTKDA_INLINE void update_state(int L16) {
     for (int c = 0; c < K; ++c)
+      FASTKDA_IVDEP
       for (int j = 0; j < V; ++j) S[c * V + j] *= decay_end[c];
     gemm_acc<Gemm>(K, V, L16, kendt.data(), kChunk, vn.data(), V, S.data(), V);
   }

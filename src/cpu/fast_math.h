@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "common.h"
+#include "cpu/token_step.h"  // FASTKDA_IVDEP
 
 namespace fastkda::cpu {
 
@@ -72,9 +73,11 @@ inline void log_decay_fast(const KdaInputs& p, int h, const float* g, const floa
   const float lambda = p.lower_bound;
   switch (p.gate_mode) {
     case GateMode::kSoftplus:
+      FASTKDA_IVDEP
       for (int c = 0; c < K; ++c) a[c] = -A * softplus_fast(g[c] + bias[c]);
       break;
     case GateMode::kBounded:
+      FASTKDA_IVDEP
       for (int c = 0; c < K; ++c) a[c] = lambda / (1.0f + exp_fast(-A * (g[c] + bias[c])));
       break;
     case GateMode::kPreGated:

@@ -31,8 +31,8 @@ struct ForwardCase {
     out.assign(B * T * HV * V, kSentinel);
     A_log.assign(HV, 0.1f);
     dt_bias.assign(HV * K, 0.0f);
-    s0.assign(B * HV * K * V, 0.01f);
-    s1.assign(B * HV * K * V, kSentinel);
+    s0.assign(3 * HV * K * V, 0.01f);  // room for the 3 sequences of the varlen cases
+    s1.assign(3 * HV * K * V, kSentinel);
     p.device = fastkda::Device::kCPU;
     p.B = B; p.T = T; p.H = H; p.HV = HV; p.K = K; p.V = V;
     p.io_dtype = p.g_dtype = p.beta_dtype = fastkda::DType::kF32;
@@ -259,7 +259,7 @@ TEST(Validation, Decode) {
       "num_accepted");
   expect_decode_error([](DecodeCase& c) { c.p.lower_bound = 1.0f; c.p.gate_mode = fastkda::GateMode::kBounded; },
                       "lower_bound");
-  expect_decode_error([](DecodeCase& c) { c.p.HV = 3; }, "HV");
+  expect_decode_error([](DecodeCase& c) { c.p.HV = 0; }, "HV");
 }
 
 }  // namespace

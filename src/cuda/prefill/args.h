@@ -25,7 +25,6 @@ struct PrefillArgs {
   int64_t num_state_slots;
   float* ws;            // [chunk slots, HV, kWsFloats] workspace: Tb and A_qk per chunk (config.h)
   int64_t num_seq;      // N
-  int debug;  // TEMP
   int64_t T;         // tokens per batch row (fixed-length)
   int H, HV, group;  // group = HV / H
   int vsplit;        // CTAs per (sequence, value head), each kV / vsplit columns
