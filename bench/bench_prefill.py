@@ -2,8 +2,9 @@
 distributions (DESIGN §6).
 
 fastkda's GPU times come from the C++ benchmark (fastkda_gpu_tests, PrefillBench.DISABLED_Table,
-one kernel launch between CUDA events); pass its output with --fastkda <file>. When the Python
-extension is importable (fastkda.chunk_kda on CUDA tensors), --py also times it here.
+one fastkda::forward, both prefill kernels, between CUDA events); pass its output with
+--fastkda <file>. When the Python extension is importable (fastkda.chunk_kda on CUDA tensors),
+--py also times it here.
 
 fla is timed in this process: bf16 q, k, v, g ~ N(0, 1), bounded gate (safe_gate, lower_bound -5)
 with A_log and dt_bias, beta logits, in-kernel l2norm, f32 initial state, final state out;

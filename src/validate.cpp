@@ -141,6 +141,29 @@ void validate_problem(const ForwardParams& p) {
                   "final_state: updated in place (same buffer as initial_state), expected dtype ",
                   to_string(p.initial_state_dtype), ", got ", to_string(p.final_state_dtype));
   }
+  check_state(p.boundary_states, p.boundary_states_dtype, "boundary_states", p.device);
+  if (p.boundary_states) {
+    FASTKDA_CHECK(p.device == Device::kCPU,
+                  "boundary_states: expected none on CUDA (the prefill kernel does not emit "
+                  "chunk-boundary states yet), got a pointer");
+    const void* host = p.cu_seqlens ? (p.device == Device::kCPU ? p.cu_seqlens : p.cu_seqlens_host)
+                                     : nullptr;
+    const int64_t C = ForwardParams::kBoundaryInterval;
+    int64_t rows = -1;  // unknown: device cu_seqlens without a host copy
+    if (!p.cu_seqlens) {
+      rows = p.B * ((p.T + C - 1) / C);
+    } else if (host) {
+      rows = 0;
+      for (int64_t n = 0; n < p.N; ++n) {
+        const int64_t len = load_index(host, p.cu_seqlens_dtype, n + 1) -
+                            load_index(host, p.cu_seqlens_dtype, n);
+        rows += (len + C - 1) / C;
+      }
+    }
+    FASTKDA_CHECK(rows < 0 ? p.num_boundary_states >= 0 : p.num_boundary_states == rows,
+                  "num_boundary_states: expected sum over sequences of ceil(L / 64) = ", rows,
+                  ", got ", p.num_boundary_states);
+  }
   if (p.state_indices) {
     FASTKDA_CHECK(p.num_state_slots > 0, "num_state_slots: expected > 0 with state_indices, got ",
                   p.num_state_slots);

@@ -129,6 +129,15 @@ struct ForwardParams : KdaInputs {
   const int32_t* state_indices = nullptr;   // [N] optional
   int64_t num_state_slots = 0;              // rows of the state buffers when state_indices is set
 
+  // Chunk-boundary states for prefix caching (optional; fla's `h` convention): row
+  // boundary_row(n, j) = sum_{m < n} ceil(L_m / 64) + j holds the state of sequence n before its
+  // token 64·j, for j = 0 .. ceil(L_n / 64) - 1 (j = 0: the initial state), L_n its length.
+  // num_boundary_states must be sum_n ceil(L_n / 64) (checked where cu_seqlens is on the host).
+  void* boundary_states = nullptr;  // [num_boundary_states, HV, V, K] or [.., K, V] (state_layout)
+  DType boundary_states_dtype = DType::kF32;  // f32 or bf16
+  int64_t num_boundary_states = 0;
+  static constexpr int kBoundaryInterval = 64;  // tokens between boundary states
+
   Algorithm algorithm = Algorithm::kChunked;
   void* workspace = nullptr;     // CUDA: forward_workspace_size(params) bytes, 256-byte aligned
   size_t workspace_bytes = 0;

@@ -34,7 +34,10 @@
 // (FMA contraction), far inside the 1e-5 bound.
 #include "cpu/chunked.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <iterator>
 #include <vector>
 
 #include "common.h"
@@ -64,34 +67,52 @@ FASTKDA_INLINE void transpose(const float* src, int rows, int K, float* dst, int
 
 // Per-thread working set of one (sequence, value head) item; row-major tiles, sizes for C = 64.
 // Methods are steps of one chunk, in call order; `Gemm` is the register block of the ISA build.
+// All float tiles live in one arena at fixed, 64-byte aligned offsets, so the relative placement
+// of any two tiles is a function of (K, V) only, never of the heap: a compiler-generated run-time
+// overlap check (see FASTKDA_IVDEP) then always takes the same branch. With separate vectors a
+// scratch row landing 68 floats before k made GCC take the scalar copy of a loop that rounds
+// differently, and results depended on heap history.
 struct ChunkWork {
   int K, V;
-  std::vector<float> q, k, v, e, beta;  // [C][K], [C][K], [C][V], [C][K] decay exp(a), [C]
-  std::vector<double> G;                // [C][K] cumulative log-decay inside the chunk
-  std::vector<float> qg;                // [C][K] q o exp(G)
-  std::vector<float> x;                 // [C][K + V]  [-W | U]
-  std::vector<float> aneg, qk;          // [C][C] -A (strictly lower), Qk (lower)
-  std::vector<float> rowk, rowq;        // [16][K] anchored rows of the current block
-  std::vector<float> colk, colkt;       // [48][K] anchored columns; [K][48] transposed
-  std::vector<float> kend, kendt;       // [C][K] k o exp(G_last - G); [K][C] transposed
-  std::vector<float> vn, o;             // [C][V]
-  std::vector<float> S;                 // [K][V] the state, fp32 across chunks
-  std::vector<float> decay_end, g, a;   // [K] exp(G_last); [K] one token's raw gate, log-decay
-  std::vector<float> pair_decay;        // [K] exp(G_i - G_j) of the current diagonal pair
-  std::vector<float> zeros;             // [K] stands in for an absent dt_bias
+  std::vector<float> arena;
+  std::vector<double> G;        // [C][K] cumulative log-decay inside the chunk (double: see top)
+  float *q, *k, *v, *e, *beta;  // [C][K], [C][K], [C][V], [C][K] decay exp(a), [C]
+  float* qg;                    // [C][K] q o exp(G)
+  float* x;                     // [C][K + V]  [-W | U]
+  float *aneg, *qk;             // [C][C] -A (strictly lower), Qk (lower)
+  float *rowk, *rowq;           // [16][K] anchored rows of the current block
+  float *colk, *colkt;          // [48][K] anchored columns; [K][48] transposed
+  float *kend, *kendt;          // [C][K] k o exp(G_last - G); [K][C] transposed
+  float *vn, *o;                // [C][V]
+  float* S;                     // [K][V] the state, fp32 across chunks
+  float *decay_end, *g, *a;     // [K] exp(G_last); [K] one token's raw gate, log-decay
+  float* pair_decay;            // [K] exp(G_i - G_j) of the current diagonal pair
+  float* zeros;                 // [K] stands in for an absent dt_bias
 
-  ChunkWork(int K_, int V_) : K(K_), V(V_) {
-    for (std::vector<float>* t : {&q, &k, &e, &qg, &kend, &kendt}) t->resize(kChunk * K);
-    for (std::vector<float>* t : {&v, &vn, &o}) t->resize(kChunk * V);
-    for (std::vector<float>* t : {&aneg, &qk}) t->resize(kChunk * kChunk);
-    for (std::vector<float>* t : {&rowk, &rowq}) t->resize(kBlock * K);
-    for (std::vector<float>* t : {&colk, &colkt}) t->resize((kChunk - kBlock) * K);
-    for (std::vector<float>* t : {&decay_end, &g, &a, &pair_decay, &zeros}) t->resize(K);
-    beta.resize(kChunk);
-    G.resize(kChunk * K);
-    x.resize(kChunk * (K + V));
-    S.resize(K * V);
+  ChunkWork(int K_, int V_) : K(K_), V(V_), G(size_t(kChunk) * K) {
+    const int C = kChunk, W = kChunk - kBlock;
+    float** tiles[] = {&q,  &k,    &v,         &e,    &beta,  &qg,         &x,     &aneg,
+                       &qk, &rowk, &rowq,      &colk, &colkt, &kend,       &kendt, &vn,
+                       &o,  &S,    &decay_end, &g,    &a,     &pair_decay, &zeros};
+    const int sizes[] = {C * K,       C * K, C * V, C * K,      C,          C * K,
+                         C * (K + V), C * C, C * C, kBlock * K, kBlock * K, W * K,
+                         K * W,       C * K, K * C, C * V,      C * V,      K * V,
+                         K,           K,     K,     K,          K};
+    static_assert(std::size(tiles) == std::size(sizes));
+    size_t total = 0;
+    for (int s : sizes) total += (size_t(s) + 15) / 16 * 16 + 16;  // 64-byte rounded, with a gap
+    arena.assign(total + 16, 0.0f);
+    // 64-byte align the first tile; every later offset is a multiple of 16 floats.
+    float* base = arena.data() + (16 - (reinterpret_cast<uintptr_t>(arena.data()) / 4) % 16) % 16;
+    for (size_t t = 0; t < std::size(tiles); ++t) {
+      *tiles[t] = base;
+      base += (size_t(sizes[t]) + 15) / 16 * 16 + 16;
+    }
   }
+  // The tile pointers point into the arena: a move keeps the buffer (and them), a copy would not.
+  ChunkWork(ChunkWork&&) = default;
+  ChunkWork(const ChunkWork&) = delete;
+  ChunkWork& operator=(const ChunkWork&) = delete;
 
   // Rows i < L from the caller's tensors, rows L..L16-1 as neutral padding; e = exp(a), G.
   FASTKDA_INLINE void load_rows(const ForwardParams& p, const Strides& s, int h, int64_t t0, int L,
@@ -101,8 +122,8 @@ struct ChunkWork {
       float* ki = &k[i * K];
       double* Gi = &G[i * K];
       if (i < L) {
-        beta[i] = load_token(p, s, t0 + i, h, qi, ki, &v[i * V], g.data());
-        log_decay_fast(p, h, g.data(), zeros.data(), a.data());
+        beta[i] = load_token(p, s, t0 + i, h, qi, ki, &v[i * V], g);
+        log_decay_fast(p, h, g, zeros, a);
       } else {
         beta[i] = 0.0f;
         for (int c = 0; c < K; ++c) qi[c] = ki[c] = a[c] = 0.0f;
@@ -136,7 +157,7 @@ struct ChunkWork {
       FASTKDA_IVDEP
       for (int c = 0; c < V; ++c) x[i * ldx + K + c] = beta[i] * v[i * V + c];
     }
-    transpose(kend.data(), L16, K, kendt.data(), kChunk);
+    transpose(kend, L16, K, kendt, kChunk);
     FASTKDA_IVDEP
     for (int c = 0; c < K; ++c) decay_end[c] = exp_fast(float(Glast[c]));
   }
@@ -144,15 +165,15 @@ struct ChunkWork {
   // Aneg = -A and Qk for all rows of the chunk, block row by block row.
   template <class Gemm>
   FASTKDA_INLINE void block_scores(int L16) {
-    std::fill(aneg.begin(), aneg.end(), 0.0f);
-    std::fill(qk.begin(), qk.end(), 0.0f);
+    std::fill_n(aneg, kChunk * kChunk, 0.0f);
+    std::fill_n(qk, kChunk * kChunk, 0.0f);
     for (int b0 = 0; b0 < L16; b0 += kBlock) {
       // Diagonal block: exact pairwise decays as running products of e_s, s in (j, i].
       for (int i = b0; i < b0 + kBlock; ++i) {
         const float* ki = &k[i * K];
         const float* qi = &q[i * K];
         qk[i * kChunk + i] = dot(qi, ki, K);
-        float* dij = pair_decay.data();
+        float* dij = pair_decay;
         for (int c = 0; c < K; ++c) dij[c] = 1.0f;
         for (int j = i - 1; j >= b0; --j) {
           const float* ej = &e[(j + 1) * K];
@@ -188,9 +209,9 @@ struct ChunkWork {
         FASTKDA_IVDEP
         for (int c = 0; c < K; ++c) colk[j * K + c] = k[j * K + c] * exp_diff(Gr[c], Gj[c]);
       }
-      transpose(colk.data(), b0, K, colkt.data(), b0);
-      gemm_acc<Gemm>(kBlock, b0, K, rowk.data(), K, colkt.data(), b0, &aneg[b0 * kChunk], kChunk);
-      gemm_acc<Gemm>(kBlock, b0, K, rowq.data(), K, colkt.data(), b0, &qk[b0 * kChunk], kChunk);
+      transpose(colk, b0, K, colkt, b0);
+      gemm_acc<Gemm>(kBlock, b0, K, rowk, K, colkt, b0, &aneg[b0 * kChunk], kChunk);
+      gemm_acc<Gemm>(kBlock, b0, K, rowq, K, colkt, b0, &qk[b0 * kChunk], kChunk);
     }
   }
 
@@ -200,8 +221,7 @@ struct ChunkWork {
     const int ldx = K + V;
     for (int b0 = 0; b0 < L16; b0 += kBlock) {
       if (b0)
-        gemm_acc<Gemm>(kBlock, ldx, b0, &aneg[b0 * kChunk], kChunk, x.data(), ldx, &x[b0 * ldx],
-                       ldx);
+        gemm_acc<Gemm>(kBlock, ldx, b0, &aneg[b0 * kChunk], kChunk, x, ldx, &x[b0 * ldx], ldx);
       for (int i = b0 + 1; i < b0 + kBlock; ++i) {
         float* xi = &x[i * ldx];
         for (int j = b0; j < i; ++j) {
@@ -218,23 +238,25 @@ struct ChunkWork {
   template <class Gemm>
   FASTKDA_INLINE void chunk_output(int L16) {
     const int ldx = K + V;
-    for (int i = 0; i < L16; ++i)
+    for (int i = 0; i < L16; ++i) {
       FASTKDA_IVDEP
       for (int c = 0; c < V; ++c) vn[i * V + c] = x[i * ldx + K + c];
-    gemm_acc<Gemm>(L16, V, K, x.data(), ldx, S.data(), V, vn.data(), V);
-    std::fill(o.begin(), o.begin() + L16 * V, 0.0f);
-    gemm_acc<Gemm>(L16, V, K, qg.data(), K, S.data(), V, o.data(), V);
+    }
+    gemm_acc<Gemm>(L16, V, K, x, ldx, S, V, vn, V);
+    std::fill_n(o, L16 * V, 0.0f);
+    gemm_acc<Gemm>(L16, V, K, qg, K, S, V, o, V);
     for (int b0 = 0; b0 < L16; b0 += kBlock)
-      gemm_acc<Gemm>(kBlock, V, b0 + kBlock, &qk[b0 * kChunk], kChunk, vn.data(), V, &o[b0 * V], V);
+      gemm_acc<Gemm>(kBlock, V, b0 + kBlock, &qk[b0 * kChunk], kChunk, vn, V, &o[b0 * V], V);
   }
 
   // S <- Diag(exp(G_last)) S + (k o exp(G_last - G))^T Vn.
   template <class Gemm>
   FASTKDA_INLINE void update_state(int L16) {
-    for (int c = 0; c < K; ++c)
+    for (int c = 0; c < K; ++c) {
       FASTKDA_IVDEP
       for (int j = 0; j < V; ++j) S[c * V + j] *= decay_end[c];
-    gemm_acc<Gemm>(K, V, L16, kendt.data(), kChunk, vn.data(), V, S.data(), V);
+    }
+    gemm_acc<Gemm>(K, V, L16, kendt, kChunk, vn, V, S, V);
   }
 };
 
@@ -250,7 +272,7 @@ FASTKDA_INLINE void run_item(const ForwardParams& p, ChunkWork& w, int64_t item)
   const int64_t slot = p.state_indices ? int64_t(p.state_indices[n]) : n;
   const int64_t soff = state_matrix_offset(slot, h, HV, K, V);
   load_state(slot >= 0 ? p.initial_state : nullptr, p.initial_state_dtype, p.state_layout, soff, K,
-             V, w.S.data(), StateLayout::kKFirst);
+             V, w.S, StateLayout::kKFirst);
 
   int64_t begin, end;
   sequence_range(p, n, &begin, &end);
@@ -269,8 +291,8 @@ FASTKDA_INLINE void run_item(const ForwardParams& p, ChunkWork& w, int64_t item)
     }
   }
   if (slot >= 0 && p.final_state)
-    store_state(w.S.data(), StateLayout::kKFirst, p.final_state, p.final_state_dtype,
-                p.state_layout, soff, K, V);
+    store_state(w.S, StateLayout::kKFirst, p.final_state, p.final_state_dtype, p.state_layout, soff,
+                K, V);
 }
 
 using ItemRunner = void (*)(const ForwardParams&, ChunkWork&, int64_t);

@@ -13,11 +13,11 @@
 
 namespace fastkda::cpu {
 
-// Marks a loop whose arrays never overlap. Without it GCC vectorises such loops twice, guarded by
-// a run-time address-overlap check, and with GCC's default FMA contraction (-ffp-contract=fast)
-// the scalar and vector copies round differently: results then depended on where the heap put
-// the buffers (measured: 1-ulp differences between two runs of the same input in one process).
-// With one code path per loop (trip counts are multiples of 16), results are bitwise repeatable.
+// Marks a loop whose arrays never overlap. Without it GCC vectorises such a loop twice, behind a
+// run-time check on how close the arrays lie, and under GCC's default -ffp-contract=fast the two
+// copies round differently (FMA or not). Results then depended on where the heap had put the
+// buffers: 1-ulp differences between identical calls, caught by the bitwise invariant tests.
+// With one code path per loop (trip counts are multiples of 16), results are repeatable.
 #if defined(__clang__)
 #define FASTKDA_IVDEP _Pragma("clang loop vectorize(assume_safety)")
 #elif defined(__GNUC__)

@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 
 #include "gpu_test_util.h"
 
@@ -64,11 +66,12 @@ TEST(PrefillGpu, WorkspaceSizeAndDimsChecked) {
       p.params({d.q.get(), d.k.get(), d.v.get(), d.g.get(), d.beta.get(), nullptr, nullptr, nullptr,
                 nullptr, nullptr, nullptr, nullptr},
                fastkda::Device::kCUDA);
+  DeviceBuf out(p.out_elems() * 2);
+  f.out = out.get();  // forward_workspace_size validates the problem first
   // Tb and A_qk (2 KiB) per chunk slot and value head; slots = tokens / 16 + N.
   const size_t slots = size_t(f.B * f.T / 16 + f.B);
   EXPECT_EQ(fastkda::forward_workspace_size(f), (slots * f.HV * 2048 + 255) / 256 * 256);
-  DeviceBuf out(p.out_elems() * 2), ws(fastkda::forward_workspace_size(f));
-  f.out = out.get();
+  DeviceBuf ws(fastkda::forward_workspace_size(f));
   f.workspace = ws.get();
   f.workspace_bytes = fastkda::forward_workspace_size(f) - 1;
   try {
@@ -77,7 +80,7 @@ TEST(PrefillGpu, WorkspaceSizeAndDimsChecked) {
   } catch (const fastkda::Error& e) {
     EXPECT_NE(std::string(e.what()).find("workspace_bytes"), std::string::npos) << e.what();
   }
-  f.out = nullptr, f.workspace = nullptr, f.workspace_bytes = 0;
+  f.workspace = nullptr, f.workspace_bytes = 0;  // K = 64 needs none (prefill() rejects it)
   f.K = 64;
   try {
     fastkda::forward(f);
@@ -199,6 +202,20 @@ TEST(PrefillGpu, Varlen) {
     c.lead = 8, c.tail = 27;
     check_against_oracle(Problem(c), "uncovered rows");
   }
+}
+
+// Every value split (kVs = 128, 64, 32 value rows per CTA): the small cases above fill at most 32
+// heads and so always take vsplit = 4; FASTKDA_PREFILL_VSPLIT forces the others.
+TEST(PrefillGpu, EveryValueSplit) {
+  FASTKDA_REQUIRE_GPU();
+  for (const char* vs : {"1", "2", "4"}) {
+    setenv("FASTKDA_PREFILL_VSPLIT", vs, 1);
+    Case c;
+    c.seqlens = {0, 1, 17, 100, 64, 33};
+    c.H = 2, c.HV = 4, c.pool = true;
+    check_against_oracle(Problem(c), (std::string("vsplit ") + vs).c_str());
+  }
+  unsetenv("FASTKDA_PREFILL_VSPLIT");
 }
 
 TEST(PrefillGpu, LongFewHeads) {

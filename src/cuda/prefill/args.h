@@ -23,8 +23,8 @@ struct PrefillArgs {
   void* final_state;             // same layout, optional
   const int32_t* state_indices;  // [N] optional
   int64_t num_state_slots;
-  float* ws;            // [chunk slots, HV, kWsFloats] workspace: Tb and A_qk per chunk (config.h)
-  int64_t num_seq;      // N
+  float* ws;         // [chunk slots, HV, kWsFloats] workspace: Tb and A_qk per chunk (config.h)
+  int64_t num_seq;   // N
   int64_t T;         // tokens per batch row (fixed-length)
   int H, HV, group;  // group = HV / H
   int vsplit;        // CTAs per (sequence, value head), each kV / vsplit columns

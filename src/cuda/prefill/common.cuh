@@ -104,8 +104,8 @@ __device__ __forceinline__ void gate_rows(const PrefillArgs& a, const float (&x)
 // intra kernel) also G in pp.G, the per-row anchor spans reduced over the warp's 32 columns, and
 // the activated beta (threads 0..kC-1).
 template <bool kFull, class Raw, class Priv>
-__device__ __forceinline__ void gate_scan(const PrefillArgs& a, Priv& pp, const Raw& r,
-                                          int nvalid, float bias, float A, float beta_raw, int i,
+__device__ __forceinline__ void gate_scan(const PrefillArgs& a, Priv& pp, const Raw& r, int nvalid,
+                                          float bias, float A, float beta_raw, int i,
                                           float (&Gr)[kC]) {
   const int lane = i & 31, warp = i >> 5;
   const uint16_t* g16 = reinterpret_cast<const uint16_t*>(&r.g[0][0]);

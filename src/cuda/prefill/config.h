@@ -20,40 +20,23 @@ static_assert(kPrepThreads == kK, "prepare threads own one key column each");
 // Workspace: per (chunk slot, value head) the intra kernel writes Tb = (I + N)^-1 diag(beta) and
 // A_qk, kC x kC f32 each (2 KiB per chunk and head, 128 B per token and head). A chunk slot of
 // chunk c of sequence n is (bos_n / kC) + n + c: injective, computable by both kernels without
-// any host work; slots <= total_tokens / kC + N + 1.
+// any host work; every slot is < total_tokens / kC + N.
 constexpr int kWsFloats = 2 * kC * kC;
 constexpr size_t kWsBytes = kWsFloats * sizeof(float);
 
 // Prepare groups in the scan kernel: each alternates chunks with the others (group p: chunks
 // p, p + G, ...), owns two raw stages (next chunk loads while it works) and one scan stage.
-// kVs = 128: 2 groups + 8 scan warps = 512 threads (128 registers); kVs = 32: 3 groups + 2 scan
-// warps (448 threads, 144 registers; more would not fit shared memory).
+// kVs = 128: 2 groups + 8 scan warps = 512 threads (128 registers); kVs = 64: 2 groups + 4 scan
+// warps (384 threads, 168 registers); kVs = 32: 3 groups + 2 scan warps (448 threads; a fourth
+// group would not fit shared memory). Measured: docs/prefill.md.
 template <int kVs>
 constexpr int prep_groups() {
   return kVs == 32 ? 3 : 2;
 }
-// Scan warps: one per 16 value rows; for slices of <= 64 rows two per 16 rows, each owning half
-// of the key columns of S^T (k-split: half the serial MMA chain per chunk; the two partial sums of
-// V_new^T and O^T are exchanged through shared memory). 512 threads for every kVs.
-template <int kVs>
-constexpr bool k_split() {
-  return kVs <= 64;
-}
-template <int kVs>
-constexpr int key_tiles() {  // 8-key tiles of S^T per scan warp
-  return k_split<kVs>() ? kK / 16 : kK / 8;
-}
-template <int kVs>
-constexpr int scan_threads() {
-  return 32 * (kVs / 16) * (k_split<kVs>() ? 2 : 1);
-}
 template <int kVs>
 constexpr int block_threads() {
-  return prep_groups<kVs>() * kPrepThreads + scan_threads<kVs>();
+  return prep_groups<kVs>() * kPrepThreads + 2 * kVs;  // 2 * kVs = 32 * (kVs / 16) scan threads
 }
-static_assert(block_threads<32>() == 512 && block_threads<64>() == 512 &&
-                  block_threads<128>() == 512,
-              "128 registers per thread");
 
 // Largest exponent span (log2) the anchored MMA form of the diagonal blocks may use; rows whose
 // decay inside their 8-row block exceeds it are recomputed with exact pairwise exponentials.
@@ -71,15 +54,13 @@ constexpr int kLdOut = 16 + 8;   // output staging, bf16 [kC][kLdOut] per scan w
 static_assert(kLdPrep % 32 == 4 && kLdScan % 32 == 8 && kLdTok % 32 == 24 && kLdN % 4 == 0,
               "fragment-load bank layout");
 
-// Barrier ids of the scan kernel (0 is __syncthreads); at most 3 groups.
+// Barrier ids of the scan kernel (0 is __syncthreads, 1 left unused); at most 3 groups.
 enum Barrier : int {
-  kBarFull0 = 1,   // scan stage s filled: kBarFull0 + s
-  kBarEmpty0 = 4,  // scan stage s consumed: kBarEmpty0 + s
-  kBarPrep0 = 7,   // prepare group p among itself: kBarPrep0 + p
-  kBarPair0 = 10,  // the two k-split scan warps of value rows 16 r..16 r+15: kBarPair0 + r
+  kBarFull0 = 2,   // scan stage s filled: kBarFull0 + s
+  kBarEmpty0 = 5,  // scan stage s consumed: kBarEmpty0 + s
+  kBarPrep0 = 8,   // prepare group p among itself: kBarPrep0 + p
 };
-static_assert(prep_groups<32>() <= 3 && prep_groups<64>() <= 3 && prep_groups<128>() <= 3 &&
-                  kBarPair0 + 64 / 16 <= 16,
+static_assert(prep_groups<32>() <= 3 && prep_groups<64>() <= 3 && prep_groups<128>() <= 3,
               "barrier ids");
 
 // ---- intra kernel (one CTA of kPrepThreads per chunk and value head) --------------------------
@@ -90,8 +71,8 @@ struct RawQKG {
   uint16_t q[kC][kK];  // bf16
   uint16_t k[kC][kK];  // bf16
   union {
-    float g[kC][kK];          // f32 gate; a bf16 gate uses the first half as uint16_t [kC][kK]
-    float aqk[kC][kLdTok];    // lower-incl(scale q^ k^T . pairwise decays), tf32
+    float g[kC][kK];        // f32 gate; a bf16 gate uses the first half as uint16_t [kC][kK]
+    float aqk[kC][kLdTok];  // lower-incl(scale q^ k^T . pairwise decays), tf32
   };
 };
 
@@ -140,14 +121,6 @@ struct ScanStage {
   float decay[kK];        // 2^G_C
 };
 
-// Partial sums of one k-split warp pair (lane-major m16n8 fragments of the 2 token tiles):
-// warp 0 (keys 0..63) publishes its V_new^T part, warp 1 (keys 64..127) its V_new^T and O^T parts.
-struct PairExchange {
-  float vn0[32][8];
-  float vn1[32][8];
-  float o1[32][8];
-};
-
 struct RowNorms {
   float rq[kC], rk[kC];  // 1 / ||q||, 1 / ||k|| per row
 };
@@ -157,8 +130,7 @@ struct SharedPlan {
   RawStage<kVs> raw[prep_groups<kVs>()][2];  // group p: its chunks alternate raw[p][0], [p][1]
   ScanStage<kVs> scan[prep_groups<kVs>()];   // chunk c in scan[c % groups]
   RowNorms norms[prep_groups<kVs>()];
-  uint16_t ostage[kVs / 16][kC][kLdOut];  // per 16 value rows: bf16 output tile (16-B stores)
-  PairExchange xchg[k_split<kVs>() ? kVs / 16 : 1];  // per k-split warp pair
+  uint16_t ostage[kVs / 16][kC][kLdOut];  // per scan warp: bf16 output tile before 16-B stores
 };
 
 template <int kVs>

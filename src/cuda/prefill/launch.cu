@@ -1,6 +1,7 @@
 // Host side of the chunked prefill: CUDA preconditions (on top of validate()), PrefillArgs from
 // ForwardParams, the value-split choice and the launch on params.stream. No allocation, no host
-// synchronisation (CUDA-graph capturable); the fused kernel needs no workspace.
+// synchronisation (CUDA-graph capturable). Two launches on the stream: intra_kernel (chunk-parallel
+// Tb and A_qk into the caller's workspace), then prefill_kernel (the scan).
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -10,6 +11,7 @@
 #include "cuda/check.h"
 #include "cuda/prefill/args.h"
 #include "cuda/prefill/config.h"
+#include "cuda/prefill/intra_kernel.cuh"
 #include "cuda/prefill/prefill_kernel.cuh"
 
 namespace fastkda::cuda {
@@ -103,33 +105,46 @@ int sm_count(int device) {
   return n;
 }
 
-// CTAs per (sequence, value head): split V until the grid covers the multiprocessors
-// (few heads, B = 1), at most 4 ways (each CTA repeats the prepare work of its head).
+// CTAs per (sequence, value head): split V (one CTA per SM) only while the grid still fits in
+// one wave, at most 4 ways (each CTA repeats the light prepare work of its head).
 // FASTKDA_PREFILL_VSPLIT=1|2|4 overrides it (benchmarks).
 int choose_vsplit(int64_t heads_total, int sms) {
   if (const char* env = std::getenv("FASTKDA_PREFILL_VSPLIT")) {
     const int v = std::atoi(env);
     if (v == 1 || v == 2 || v == 4) return v;
   }
-  if (heads_total >= sms) return 1;
-  if (2 * heads_total >= sms) return 2;
-  return 4;
+  if (4 * heads_total <= sms) return 4;
+  if (2 * heads_total <= sms) return 2;
+  return 1;
 }
 
 template <int kVs>
 void launch(const PrefillArgs& a, int64_t ctas, cudaStream_t stream) {
   constexpr size_t smem = prefill_cuda::shared_bytes<kVs>();
-  constexpr int threads = prefill_cuda::kPrepThreads + 2 * kVs;
+  constexpr int threads = prefill_cuda::block_threads<kVs>();
   auto* kernel = prefill_cuda::prefill_kernel<kVs>;
-  FASTKDA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          int(smem)));
+  FASTKDA_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   kernel<<<unsigned(ctas), threads, smem, stream>>>(a);
   FASTKDA_CUDA_CHECK(cudaGetLastError());
 }
 
+// Chunk slots of the workspace (config.h): slot_base(N) = total tokens / kC + N.
+int64_t chunk_slots(const ForwardParams& p) {
+  const int64_t n = num_sequences(p);
+  if (n <= 0 || p.B <= 0 || p.T < 0) return 0;
+  return p.B * p.T / prefill_cuda::kC + n;
+}
+
 }  // namespace
 
-size_t prefill_workspace_size(const ForwardParams&) { return 0; }
+// 0 for shapes the CUDA prefill rejects (prefill() then names the argument).
+size_t prefill_workspace_size(const ForwardParams& p) {
+  if (p.K != prefill_cuda::kK || p.V != prefill_cuda::kV) return 0;
+  const size_t bytes =
+      size_t(chunk_slots(p)) * size_t(p.HV > 0 ? p.HV : 0) * prefill_cuda::kWsBytes;
+  return (bytes + 255) / 256 * 256;
+}
 
 void prefill(const ForwardParams& p) {
   const Strides s = token_strides(p);
@@ -138,15 +153,36 @@ void prefill(const ForwardParams& p) {
   if (num_seq == 0) return;
   DeviceGuard guard(p.device_index);
   PrefillArgs a = make_args(p, s);
+  a.ws = static_cast<float*>(p.workspace);
+  a.num_seq = num_seq;
+  const int64_t slots = chunk_slots(p);
+  FASTKDA_CHECK(slots <= int64_t(INT32_MAX) && p.HV <= 65535,
+                "T: too many chunks for one launch: ", slots, " chunk slots x ", p.HV, " heads");
+  auto stream = static_cast<cudaStream_t>(p.stream);
+  {
+    constexpr size_t smem = prefill_cuda::intra_shared_bytes();
+    FASTKDA_CUDA_CHECK(cudaFuncSetAttribute(
+        prefill_cuda::intra_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    prefill_cuda::intra_kernel<<<dim3(unsigned(slots), unsigned(p.HV)), prefill_cuda::kPrepThreads,
+                                 smem, stream>>>(a);
+    FASTKDA_CUDA_CHECK(cudaGetLastError());
+  }
   a.vsplit = choose_vsplit(num_seq * p.HV, sm_count(p.device_index));
   const int64_t ctas = num_seq * p.HV * a.vsplit;
-  FASTKDA_CHECK(ctas <= int64_t(INT32_MAX), "N * HV: too many (sequence, head) pairs for one "
-                "launch: ", num_seq, " x ", p.HV);
-  auto stream = static_cast<cudaStream_t>(p.stream);
+  FASTKDA_CHECK(ctas <= int64_t(INT32_MAX),
+                "N * HV: too many (sequence, head) pairs for one "
+                "launch: ",
+                num_seq, " x ", p.HV);
   switch (a.vsplit) {
-    case 1: launch<128>(a, ctas, stream); break;
-    case 2: launch<64>(a, ctas, stream); break;
-    default: launch<32>(a, ctas, stream); break;
+    case 1:
+      launch<128>(a, ctas, stream);
+      break;
+    case 2:
+      launch<64>(a, ctas, stream);
+      break;
+    default:
+      launch<32>(a, ctas, stream);
+      break;
   }
 }
 

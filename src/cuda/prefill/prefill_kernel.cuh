@@ -7,9 +7,10 @@
 // Warp roles (warp specialised, no CTA-wide barrier in the main loop):
 //   warps 0..4G-1  G = prep_groups<kVs>() prepare groups of 4 warps alternating chunks: cp.async
 //                  of q, k, v, g, Tb, A_qk (two raw stages per group), gate + cumsum, l2 norms,
-//                  qs, ke, decay, W = Tb (k^ . 2^G), U = Tb v -> ScanStage scan[c % G] (prepare.cuh)
+//                  qs, ke, decay, W = Tb (k^ . 2^G), U = Tb v -> ScanStage scan[c % G]
+//                  (prepare.cuh)
 //   warps 4G..     scan: state S^T stationary in registers (f32), three tf32 MMAs per chunk, output
-//                  staged and stored to `out`; 512 threads in all (config.h)      (scan.cuh)
+//                  staged and stored to `out`                                    (scan.cuh)
 // Hand-off: named barriers kBarFull0 + s (prepare arrives, scan waits) and kBarEmpty0 + s (scan
 // arrives, prepare waits) per stage s; a prepare group syncs on kBarPrep0 + p.
 // Shared memory: SharedPlan<kVs> (config.h). Reads q, k, v, g and 128 B of workspace per token and
@@ -28,7 +29,7 @@ __device__ __forceinline__ void prepare_role(const PrefillArgs& a, SharedPlan<kV
                                              int64_t n, int hv, int v0, int64_t bos, int64_t eos,
                                              int nchunks) {
   constexpr int kGroups = prep_groups<kVs>();
-  constexpr int kThreads = kPrepThreads + scan_threads<kVs>();  // one prepare group + scan warps
+  constexpr int kThreads = kPrepThreads + 2 * kVs;  // one prepare group + the scan warps
   const int i = threadIdx.x - p * kPrepThreads;     // key column owned in the gate scan
   const int h = hv / a.group;
   const int bar_prep = kBarPrep0 + p;
@@ -73,13 +74,9 @@ template <int kVs>
 __device__ __forceinline__ void scan_role(const PrefillArgs& a, SharedPlan<kVs>& sm, int64_t n,
                                           int hv, int v0, int64_t bos, int64_t eos, int nchunks) {
   constexpr int kGroups = prep_groups<kVs>();
-  constexpr int kThreads = kPrepThreads + scan_threads<kVs>();  // one prepare group + scan warps
-  constexpr int kJ = key_tiles<kVs>();
+  constexpr int kThreads = kPrepThreads + 2 * kVs;  // one prepare group + the scan warps
   const int ws = (threadIdx.x >> 5) - kPrepWarps * kGroups;
-  const int vg = k_split<kVs>() ? ws >> 1 : ws;    // 16-row value group
-  const int khalf = k_split<kVs>() ? ws & 1 : 0;  // key half (k-split)
-  const int key0 = 8 * kJ * khalf;
-  const int vc = 16 * vg;     // this warp's first column inside the CTA's value slice
+  const int vc = 16 * ws;     // this warp's first column inside the CTA's value slice
   const int v_row = v0 + vc;  // ... inside the head
 
   int64_t slot = n;
@@ -93,22 +90,22 @@ __device__ __forceinline__ void scan_role(const PrefillArgs& a, SharedPlan<kVs>&
   if (use_state && a.initial_state)
     init = static_cast<const char*>(a.initial_state) +
            (slot * a.HV + hv) * matrix * (a.init_f32 ? 4 : 2);
-  float S[kJ][4];
-  load_state(a, init, a.init_f32, v_row, key0, S);
+  float S[kK / 8][4];
+  load_state(a, init, a.init_f32, v_row, S);
 
   uint16_t* out_rows = a.out + bos * a.out_stride + int64_t(hv) * kV + v_row;
   for (int c = 0, st = 0; c < nchunks; ++c, st = st + 1 == kGroups ? 0 : st + 1) {
     device::bar_sync(kBarFull0 + st, kThreads);
     const int nvalid = int(eos - (bos + int64_t(c) * kC) < kC ? eos - (bos + int64_t(c) * kC) : kC);
-    scan_chunk<kVs>(a, sm.scan[st], sm.ostage[vg], sm.xchg[k_split<kVs>() ? vg : 0], S, vc,
-                    khalf, kBarPair0 + vg, out_rows + int64_t(c) * kC * a.out_stride, nvalid);
+    scan_chunk<kVs>(a, sm.scan[st], sm.ostage[ws], S, vc, out_rows + int64_t(c) * kC * a.out_stride,
+                    nvalid);
     if (c + kGroups < nchunks) device::bar_arrive(kBarEmpty0 + st, kThreads);
   }
 
   if (use_state && a.final_state)
     store_state(
         a, static_cast<char*>(a.final_state) + (slot * a.HV + hv) * matrix * (a.final_f32 ? 4 : 2),
-        a.final_f32, v_row, key0, S);
+        a.final_f32, v_row, S);
 }
 
 template <int kVs>

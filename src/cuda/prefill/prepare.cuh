@@ -31,7 +31,7 @@ __device__ __forceinline__ void load_stage(const PrefillArgs& a, RawStage<kVs>& 
 }
 
 // Thread i (key column i): qs, ke, decay and column i of -W; A_qk entries i, i + 128; U for
-// column i % kVs, rows (i / kVs) + kRep * m (the kRep = 128 / kVs threads of a column share it).
+// column i % kVs, rows (i / kVs) + kRep m (the kRep = 128 / kVs threads of a column share it).
 template <int kVs>
 __device__ __forceinline__ void scan_operands(const PrefillArgs& a, const RowNorms& nrm,
                                               const RawStage<kVs>& r, ScanStage<kVs>& sb, int i,
@@ -57,35 +57,46 @@ __device__ __forceinline__ void scan_operands(const PrefillArgs& a, const RowNor
 #pragma unroll
   for (int e = i; e < kC * kC; e += kPrepThreads) sb.aqk[e / kC][e % kC] = r.aqk[e / kC][e % kC];
 
-  // -W = -Tb kw (Tb lower triangular).
-#pragma unroll
-  for (int row = 0; row < kC; ++row) {
-    float w0 = 0.0f, w1 = 0.0f;
-#pragma unroll
-    for (int s = 0; s <= row; s += 2) {
-      w0 += r.tb[row][s] * kw[s];
-      if (s + 1 <= row) w1 += r.tb[row][s + 1] * kw[s + 1];
-    }
-    sb.w[row][i] = round_tf32(-(w0 + w1));
-  }
-
-  // U = Tb v. Entries of Tb above the diagonal are exact zeros, so summing up to the largest row
-  // this thread owns keeps row r independent of later rows bit for bit.
+  // -W = -Tb kw and (kRep = 1) U = Tb v, row by row over the lower triangle of Tb (float4 rows).
   constexpr int kRep = kPrepThreads / kVs;
   const int col = i % kVs, sub = i / kVs;
   float vcol[kC];
 #pragma unroll
   for (int row = 0; row < kC; ++row) vcol[row] = bf16_bits_to_f32(r.v[row][col]);
 #pragma unroll
-  for (int m = 0; m < kC / kRep; ++m) {
-    const int row = kRep * m + sub;
-    float u0 = 0.0f, u1 = 0.0f;
+  for (int row = 0; row < kC; ++row) {
+    float w0 = 0.0f, w1 = 0.0f, u0 = 0.0f, u1 = 0.0f;
 #pragma unroll
-    for (int s = 0; s < kRep * (m + 1); s += 2) {
-      u0 += r.tb[row][s] * vcol[s];
-      u1 += r.tb[row][s + 1] * vcol[s + 1];
+    for (int s4 = 0; s4 <= row / 4; ++s4) {
+      const float4 tb = *reinterpret_cast<const float4*>(&r.tb[row][4 * s4]);
+      const float tv[4] = {tb.x, tb.y, tb.z, tb.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int s = 4 * s4 + e;
+        if (s > row) continue;  // exact triangle: row r never reads a later row
+        (e & 1 ? w1 : w0) += tv[e] * kw[s];
+        if (kRep == 1) (e & 1 ? u1 : u0) += tv[e] * vcol[s];
+      }
     }
-    sb.u[row][col] = u0 + u1;
+    sb.w[row][i] = round_tf32(-(w0 + w1));
+    if (kRep == 1) sb.u[row][col] = u0 + u1;
+  }
+  if constexpr (kRep > 1) {
+    // U for column i % kVs, rows sub + kRep m: the kRep threads of a column share the rows. Entries
+    // of Tb above the diagonal are exact zeros, so summing up to the largest row this thread owns
+    // keeps row r independent of later rows bit for bit.
+#pragma unroll
+    for (int m = 0; m < kC / kRep; ++m) {
+      const int row = kRep * m + sub;
+      float u0 = 0.0f, u1 = 0.0f;
+#pragma unroll
+      for (int s = 0; s < kRep * (m + 1); s += 2) {
+        const float2 tb = *reinterpret_cast<const float2*>(&r.tb[row][s]);
+        u0 += tb.x * vcol[s];
+        u1 += tb.y * vcol[s + 1];
+      }
+      sb.u[row][col] = u0 + u1;
+    }
   }
 }
 
