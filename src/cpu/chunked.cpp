@@ -24,6 +24,9 @@
 // Gates of -1000 (or softplus gates of any size) therefore underflow to exact zeros, never
 // overflow. Subnormals are flushed (FlushDenormals): they carry no information here and are slow.
 //
+// Chunk-boundary states (ForwardParams::boundary_states, for prefix caching) are S at the start of
+// each chunk: C = 64 is also the boundary interval.
+//
 // Causality is bitwise: a row's result depends only on rows <= it and on the chunk's start state,
 // and the tile GEMM accumulates every element in a fixed order whatever the tile height.
 //
@@ -52,6 +55,7 @@ namespace {
 
 constexpr int kChunk = 64;  // C
 constexpr int kBlock = 16;  // sub-block of the chunk: the unit of the decay anchoring
+static_assert(kChunk == ForwardParams::kBoundaryInterval, "boundary states are chunk starts");
 #define FASTKDA_INLINE [[gnu::always_inline]] inline
 
 // exp(G_later - G_earlier) <= 1: the difference of two cumulative sums is taken in double.
@@ -261,8 +265,10 @@ struct ChunkWork {
 };
 
 // One work item: sequence n = item / HV, value head h = item % HV.
+// `boundary_base`: the sequence's first boundary-state row (unused without boundary states).
 template <class Gemm>
-FASTKDA_INLINE void run_item(const ForwardParams& p, ChunkWork& w, int64_t item) {
+FASTKDA_INLINE void run_item(const ForwardParams& p, ChunkWork& w, int64_t item,
+                             int64_t boundary_base) {
   FlushDenormals ftz;
   const int K = p.K, V = p.V, HV = p.HV;
   const Strides s = token_strides(p);
@@ -277,6 +283,10 @@ FASTKDA_INLINE void run_item(const ForwardParams& p, ChunkWork& w, int64_t item)
   int64_t begin, end;
   sequence_range(p, n, &begin, &end);
   for (int64_t t0 = begin; t0 < end; t0 += kChunk) {
+    if (p.boundary_states)  // the state before this chunk (kChunk == kBoundaryInterval)
+      store_state(w.S, StateLayout::kKFirst, p.boundary_states, p.boundary_states_dtype,
+                  p.state_layout,
+                  state_matrix_offset(boundary_base + (t0 - begin) / kChunk, h, HV, K, V), K, V);
     const int L = int(std::min<int64_t>(kChunk, end - t0));
     const int L16 = (L + kBlock - 1) / kBlock * kBlock;
     w.load_rows(p, s, h, t0, L, L16);
@@ -295,19 +305,21 @@ FASTKDA_INLINE void run_item(const ForwardParams& p, ChunkWork& w, int64_t item)
                 K, V);
 }
 
-using ItemRunner = void (*)(const ForwardParams&, ChunkWork&, int64_t);
+using ItemRunner = void (*)(const ForwardParams&, ChunkWork&, int64_t, int64_t);
 
-void run_item_sse2(const ForwardParams& p, ChunkWork& w, int64_t item) {
-  run_item<GemmSse2>(p, w, item);
+void run_item_sse2(const ForwardParams& p, ChunkWork& w, int64_t item, int64_t boundary_base) {
+  run_item<GemmSse2>(p, w, item, boundary_base);
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-[[gnu::target("avx2,fma")]] void run_item_avx2(const ForwardParams& p, ChunkWork& w, int64_t item) {
-  run_item<GemmAvx2>(p, w, item);
+[[gnu::target("avx2,fma")]] void run_item_avx2(const ForwardParams& p, ChunkWork& w, int64_t item,
+                                               int64_t boundary_base) {
+  run_item<GemmAvx2>(p, w, item, boundary_base);
 }
 [[gnu::target("avx512f,avx512vl,avx2,fma")]] void run_item_avx512(const ForwardParams& p,
-                                                                  ChunkWork& w, int64_t item) {
-  run_item<GemmAvx512>(p, w, item);
+                                                                  ChunkWork& w, int64_t item,
+                                                                  int64_t boundary_base) {
+  run_item<GemmAvx512>(p, w, item, boundary_base);
 }
 #endif
 
@@ -345,6 +357,9 @@ bool cpu_supports(CpuIsa isa) {
 
 void forward_chunked_isa(const ForwardParams& p, CpuIsa isa) {
   FASTKDA_CHECK(cpu_supports(isa), "isa: expected one this CPU supports, got ", to_string(isa));
+  FASTKDA_CHECK(p.K % kGemmCols == 0 && p.V % kGemmCols == 0,  // validation allows 64/128/256
+                "K, V: expected multiples of ", kGemmCols,
+                " on the chunked CPU path, got K = ", p.K, ", V = ", p.V);
   ItemRunner run = run_item_sse2;
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
   if (isa == CpuIsa::kAvx2) run = run_item_avx2;
@@ -353,8 +368,11 @@ void forward_chunked_isa(const ForwardParams& p, CpuIsa isa) {
   const int K = p.K, V = p.V;
   const int64_t N = num_sequences(p);
   const double cost = double(p.B * p.T + N) / double(N ? N : 1) * 4.0 * K * V;
+  const std::vector<int64_t> boundary_base = boundary_base_rows(p);
   parallel_items(N * p.HV, cost, 4e6, [&] {
-    return [&, w = ChunkWork(K, V)](int64_t item) mutable { run(p, w, item); };
+    return [&, w = ChunkWork(K, V)](int64_t item) mutable {
+      run(p, w, item, p.boundary_states ? boundary_base[size_t(item / p.HV)] : 0);
+    };
   });
 }
 

@@ -4,7 +4,8 @@
 // Per item: load the initial state (or zeros) into a double S^T [V][K], run token_step for each
 // token of the sequence (inputs converted to double before any arithmetic: l2 norm, gate and beta
 // activations, decay exp(a) all in double), write out rows, then write the final state.
-// Nothing is rounded below double until the stores into caller buffers.
+// Nothing is rounded below double until the stores into caller buffers. Chunk-boundary states
+// (the state before tokens 0, 64, 128, .. of each sequence) are stored when requested.
 #include <vector>
 
 #include "common.h"
@@ -28,6 +29,8 @@ void forward_recurrent(const ForwardParams& p) {
   const double scale = double(effective_scale(p));
   const int64_t N = num_sequences(p);
   const double cost = double(p.B * p.T + N) / double(N ? N : 1) * double(K) * V;
+  const std::vector<int64_t> boundary_base = boundary_base_rows(p);
+  constexpr int64_t kInterval = ForwardParams::kBoundaryInterval;
 
   parallel_items(N * HV, cost, 1e6, [&] {
     // Per-thread scratch, reused for every item this thread runs.
@@ -46,6 +49,11 @@ void forward_recurrent(const ForwardParams& p) {
       int64_t begin, end;
       sequence_range(p, n, &begin, &end);
       for (int64_t t = begin; t < end; ++t) {
+        if (p.boundary_states && (t - begin) % kInterval == 0)  // the state before token t
+          store_state(St.data(), StateLayout::kVFirst, p.boundary_states, p.boundary_states_dtype,
+                      p.state_layout,
+                      state_matrix_offset(boundary_base[n] + (t - begin) / kInterval, h, HV, K, V),
+                      K, V);
         const double beta = load_token(p, s, t, h, q.data(), k.data(), v.data(), g.data());
         log_decay(p, h, g.data(), a.data());
         for (int c = 0; c < K; ++c) a[c] = std::exp(a[c]);  // decay factor, in (0, 1]

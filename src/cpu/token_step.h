@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "common.h"
 
@@ -100,6 +101,23 @@ inline void token_step(R* St, const R* q, const R* k, const R* v, const R* decay
 // Element offset of state matrix (slot, h) inside a [slots, HV, K*V] state buffer.
 inline int64_t state_matrix_offset(int64_t slot, int h, int HV, int K, int V) {
   return (slot * HV + h) * int64_t(K) * V;
+}
+
+// First chunk-boundary-state row of each sequence (ForwardParams::boundary_states): the prefix
+// sums of ceil(L_n / 64); empty when no boundary states are requested.
+inline std::vector<int64_t> boundary_base_rows(const ForwardParams& p) {
+  std::vector<int64_t> base;
+  if (!p.boundary_states) return base;
+  const int64_t C = ForwardParams::kBoundaryInterval, N = num_sequences(p);
+  base.resize(size_t(N));
+  int64_t rows = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    int64_t begin, end;
+    sequence_range(p, n, &begin, &end);
+    base[size_t(n)] = rows;
+    rows += (end - begin + C - 1) / C;
+  }
+  return base;
 }
 
 // Copies one K x V state matrix from a caller buffer (any dtype/layout) into a working copy

@@ -192,6 +192,61 @@ TEST(Invariants, StateIndicesPool) {
   }
 }
 
+// Chunk-boundary states (prefix caching): row base_n + j holds sequence n's state before its token
+// 64 j, i.e. the final state of a run over its first 64 j tokens (bitwise: same chunk grid, same
+// rounding of the state), for j = 0 .. ceil(L_n / 64) - 1; and the chunked rows match the oracle's.
+TEST(Invariants, BoundaryStatesArePrefixStates) {
+  for (DType bdtype : {DType::kF32, DType::kBF16}) {
+    Config c;
+    if (bdtype == DType::kF32) {
+      c.seqlens = {0, 1, 64, 65, 130, 200};
+    } else {  // B equal-length rows
+      c.B = 3;
+      c.T = 130;
+    }
+    c.H = 1;
+    c.HV = 2;
+    c.layout = bdtype == DType::kF32 ? StateLayout::kVFirst : StateLayout::kKFirst;
+    c.extreme_gates = 0.05;
+    const Problem p(c);
+    SCOPED_TRACE(p.describe() + " boundary states " + fastkda::to_string(bdtype));
+    const int64_t sw = int64_t(c.HV) * c.K * c.V, C = fastkda::ForwardParams::kBoundaryInterval;
+    const int64_t N = p.c.num_seqs();
+    auto seq_begin = [&](int64_t n) { return c.seqlens.empty() ? n * c.T : p.cu64[size_t(n)]; };
+    auto seq_len = [&](int64_t n) { return c.seqlens.empty() ? c.T : c.seqlens[size_t(n)]; };
+    int64_t rows = 0;
+    for (int64_t n = 0; n < N; ++n) rows += (seq_len(n) + C - 1) / C;
+    ASSERT_EQ(rows, c.seqlens.empty() ? 9 : 11);
+    std::vector<float> by_alg[2];
+    for (Algorithm alg : kBoth) {
+      Buf out(c.io, size_t(p.c.rows() * c.HV * c.V)), fin(c.state_dtype, p.state_elems());
+      Buf bstates(bdtype, size_t(rows * sw), std::numeric_limits<float>::quiet_NaN());
+      fastkda::ForwardParams prm = p.params(alg, out, &fin);
+      prm.boundary_states = bstates.data();
+      prm.boundary_states_dtype = bdtype;
+      prm.num_boundary_states = rows;
+      fastkda::forward(prm);
+      int64_t row = 0;
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t j = 0; j * C < seq_len(n); ++j, ++row) {
+          const Result r = run(sub_problem(p, seq_begin(n), seq_begin(n) + j * C, &p.s0, n), alg);
+          Buf expected(bdtype, r.state.size());  // the prefix's f32 final state, stored as bdtype
+          for (size_t i = 0; i < expected.size(); ++i) expected.set(i, r.state.get(i));
+          EXPECT_TRUE(bitwise_equal(rows_of(bstates, row, row + 1, sw), expected.floats()))
+              << fastkda::to_string(alg) << ": boundary row " << row << " (sequence " << n
+              << ", before token " << j * C << ")";
+        }
+      by_alg[alg == Algorithm::kChunked ? 0 : 1] = bstates.floats();
+    }
+    const Err e = compare(by_alg[0], by_alg[1]);
+    if (bdtype == DType::kF32) {
+      EXPECT_LE(e.rms_rel, kRmsTol) << "chunked boundary states vs oracle: " << e;
+    } else {
+      EXPECT_LE(max_bf16_steps(by_alg[0], by_alg[1], 1e-5), 1.0) << "bf16 boundary states: " << e;
+    }
+  }
+}
+
 // A zero-length sequence passes its state through: final == initial (bitwise), or zeros.
 TEST(Invariants, ZeroLengthSequencesPassStateThrough) {
   for (Algorithm alg : kBoth)

@@ -4,6 +4,7 @@
 // against the oracle (by causality they equal a T = 256 run), so a fast wrong answer fails too.
 #include <chrono>
 #include <cstdio>
+#include <limits>
 #include <thread>
 
 #include "test_util.h"
