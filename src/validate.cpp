@@ -1,6 +1,8 @@
 // Validation of every parameter of the public API, in one place, before anything is written.
 // Each failure throws fastkda::Error naming the argument, what was expected and what was given.
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "common.h"
 
@@ -89,6 +91,15 @@ void validate_inputs(const KdaInputs& p, int64_t tokens) {
   }
 }
 
+// Two sequences writing one state row would race: non-negative indices must be distinct.
+void check_distinct(std::vector<int32_t> idx, const char* name) {
+  std::sort(idx.begin(), idx.end());
+  for (size_t i = 1; i < idx.size(); ++i)
+    FASTKDA_CHECK(idx[i] < 0 || idx[i] != idx[i - 1], name,
+                  ": expected distinct non-negative slots (each state row written once), got ",
+                  idx[i], " twice");
+}
+
 void check_state(const void* ptr, DType dtype, const char* name, Device device) {
   if (!ptr) return;
   FASTKDA_CHECK(is_float_type(dtype), name, ": expected dtype f32 or bf16, got ", to_string(dtype));
@@ -173,6 +184,8 @@ void validate_problem(const ForwardParams& p) {
         FASTKDA_CHECK(p.state_indices[n] < p.num_state_slots, "state_indices: expected values < ",
                       "num_state_slots = ", p.num_state_slots, ", got state_indices[", n,
                       "] = ", p.state_indices[n]);
+      if (p.final_state)
+        check_distinct({p.state_indices, p.state_indices + n_seq}, "state_indices");
     }
   }
 }
@@ -217,12 +230,25 @@ void validate(const DecodeParams& p) {
         FASTKDA_CHECK(s < p.num_slots, "slots: expected values < num_slots = ", p.num_slots,
                       ", got slots[", n, ", ", j, "] = ", s);
       }
+    }
+    for (int64_t n = 0; n < p.N; ++n) {
       if (p.num_accepted) {
         const int32_t a = p.num_accepted[n];
         FASTKDA_CHECK(a >= 1 && a <= p.tokens, "num_accepted: expected values in [1, tokens = ",
                       p.tokens, "], got num_accepted[", n, "] = ", a);
       }
     }
+    // Rows run concurrently, so two rows must not write one slot (one row may, in token order).
+    std::vector<int32_t> written;  // per row its distinct written slots (padding rows: none)
+    for (int64_t n = 0; n < p.N; ++n) {
+      const int32_t* row = p.slots + n * p.slot_stride;
+      if (row[p.num_accepted ? p.num_accepted[n] - 1 : 0] < 0) continue;
+      std::vector<int32_t> mine(row, row + columns);
+      std::sort(mine.begin(), mine.end());
+      mine.erase(std::unique(mine.begin(), mine.end()), mine.end());
+      written.insert(written.end(), mine.begin(), mine.end());
+    }
+    check_distinct(std::move(written), "slots");
   }
 }
 

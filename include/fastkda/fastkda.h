@@ -125,7 +125,8 @@ struct ForwardParams : KdaInputs {
   StateLayout state_layout = StateLayout::kVFirst;
   // On CUDA state_indices is a device array: indices >= num_state_slots are treated like negative
   // ones (nothing read or written) so a bad index can never touch memory outside the pool; on CPU
-  // they are rejected by validation.
+  // they are rejected by validation. Non-negative indices must be distinct when final_state is
+  // written (checked on CPU; on CUDA two sequences writing one row race).
   const int32_t* state_indices = nullptr;   // [N] optional
   int64_t num_state_slots = 0;              // rows of the state buffers when state_indices is set
 
@@ -156,7 +157,8 @@ struct DecodeParams : KdaInputs {
   // read from column num_accepted[n] - 1 (column 0 when num_accepted is null).
   // A negative slot in the read column marks a padding row: nothing read or written, out = 0.
   // A negative slot in a write column skips that write. On CPU slots >= num_slots are rejected by
-  // validation; on CUDA (a device array) they are treated like negative slots.
+  // validation; on CUDA (a device array) they are treated like negative slots. Two rows must not
+  // write one slot (checked on CPU; on CUDA they would race).
   const int32_t* slots = nullptr;      // [N, slot_stride]
   int64_t slot_stride = 1;
   bool per_token_states = false;

@@ -263,3 +263,24 @@ TEST(Validation, Decode) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(Validation, DuplicateSlotsRejected) {
+  // Two rows writing one pool row would race on the GPU: rejected before anything is written.
+  expect_decode_error([](DecodeCase& c) { c.slots[2] = 0; }, "slots");
+  std::vector<int32_t> idx{1, 1};
+  expect_forward_error(
+      [&](ForwardCase& c) {
+        c.p.state_indices = idx.data();
+        c.p.num_state_slots = 3;
+      },
+      "state_indices");
+  // Padding rows and negative indices may repeat.
+  DecodeCase c;
+  c.slots = {-1, 0, -1, 0, 1, 2};
+  c.p.slots = c.slots.data();
+  EXPECT_NO_THROW(fastkda::decode(c.p));
+}
+
+}  // namespace
