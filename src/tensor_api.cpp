@@ -257,6 +257,12 @@ ForwardParams make_forward_params(const ForwardTensors& t) {
     if (h0.present()) check_state(h0, "initial_state", N, p, layout, t.q);
     if (ht.present()) check_state(ht, "final_state", N, p, layout, t.q);
   }
+  if (t.boundary_states.present()) {
+    check_state(t.boundary_states, "boundary_states", kAny, p, layout, t.q);
+    p.boundary_states = t.boundary_states.data;
+    p.boundary_states_dtype = t.boundary_states.dtype;
+    p.num_boundary_states = t.boundary_states.shape[0];
+  }
   if (h0.present()) p.initial_state = h0.data, p.initial_state_dtype = h0.dtype;
   if (ht.present()) p.final_state = ht.data, p.final_state_dtype = ht.dtype;
 

@@ -73,6 +73,8 @@ struct ForwardTensors {
   TensorView initial_state;    // [N, HV, V, K] (V-first) or [N, HV, K, V]; rows = slots with
   TensorView final_state;      //   state_indices. f32 | bf16, optional each
   TensorView state_indices;    // [N]            i32, optional
+  TensorView boundary_states;  // [rows, HV, V, K] or [rows, HV, K, V] f32 | bf16, optional: the
+                               //   state before every 64th token (fastkda.h, boundary_states)
   BufferView workspace;        // CUDA: forward_workspace_size() bytes
   KdaOptions options;
   Algorithm algorithm = Algorithm::kChunked;

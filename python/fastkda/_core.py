@@ -193,6 +193,7 @@ def run_forward_pool(
     state_layout: int,
     algorithm: int,
     stream=None,
+    boundary_states=None,
 ) -> None:
     """The forward with states read from and written back to rows of one pool, in place."""
     if is_compiling():
@@ -217,6 +218,7 @@ def run_forward_pool(
             scale,
             state_layout,
             algorithm,
+            boundary_states,
         )
         return
     _C.forward(
@@ -243,6 +245,7 @@ def run_forward_pool(
         algorithm,
         stream_of(q, stream),
         workspace_allocator(q) if workspace is None else None,
+        boundary_states,
     )
 
 

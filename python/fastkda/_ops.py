@@ -95,7 +95,9 @@ def _(
     return None
 
 
-@torch.library.custom_op("fastkda::forward_pool", mutates_args=("out", "state_pool"))
+@torch.library.custom_op(
+    "fastkda::forward_pool", mutates_args=("out", "state_pool", "boundary_states")
+)
 def forward_pool(
     q: Tensor,
     k: Tensor,
@@ -117,6 +119,7 @@ def forward_pool(
     scale: float,
     state_layout: int,
     algorithm: int,
+    boundary_states: Optional[Tensor] = None,
 ) -> None:
     _C.forward(
         q,
@@ -142,6 +145,7 @@ def forward_pool(
         algorithm,
         stream_of(q),
         workspace_allocator(q) if workspace is None else None,
+        boundary_states,
     )
 
 
@@ -167,6 +171,7 @@ def _(
     scale,
     state_layout,
     algorithm,
+    boundary_states=None,
 ) -> None:
     return None
 

@@ -123,6 +123,7 @@ def prefill(
     state_layout="v_first",
     workspace=None,
     stream=None,
+    boundary_states=None,
 ):
     """Chunked prefill on a serving state pool, in place. Returns out.
 
@@ -130,6 +131,10 @@ def prefill(
     same row; a negative index starts from zeros and writes nothing. state_pool
     [slots, HV, V, K] (v_first, default) or [slots, HV, K, V], f32 or bf16; state_indices [N]
     int32. Packed sequences: q [1, T, H, K] with cu_seqlens [N + 1]; without cu_seqlens N = B.
+
+    boundary_states (optional, [rows, HV, V, K] or [rows, HV, K, V], f32 or bf16) receives the state
+    of sequence n before its token 64*j in row sum_{m<n} ceil(L_m / 64) + j (fla's `h` convention,
+    for prefix caching); rows must equal sum_n ceil(L_n / 64).
     """
     if out is None:
         out = empty(q, v.shape)
@@ -155,6 +160,7 @@ def prefill(
         code(STATE_LAYOUTS, state_layout, "state_layout"),
         ALGORITHMS["chunked"],
         stream,
+        boundary_states,
     )
     return out
 

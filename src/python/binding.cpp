@@ -235,10 +235,11 @@ void forward_py(nb::handle q, nb::handle k, nb::handle v, nb::handle g, nb::hand
                 nb::handle cu_seqlens_host, nb::handle initial_state, nb::handle final_state,
                 nb::handle state_indices, nb::handle workspace, int gate_mode, double lower_bound,
                 int beta_mode, bool l2norm_qk, double scale, int state_layout, int algorithm,
-                uintptr_t stream, nb::handle alloc) {
+                uintptr_t stream, nb::handle alloc, nb::handle boundary_states) {
   ForwardArgs a;
   import_forward(a, q, k, v, g, beta, out, A_log, dt_bias, cu_seqlens, cu_seqlens_host,
                  initial_state, final_state, state_indices);
+  a.t.boundary_states = a.in.view(boundary_states, "boundary_states");
   a.t.options = make_options(gate_mode, lower_bound, beta_mode, l2norm_qk, scale, state_layout,
                              stream);
   a.t.algorithm = to_enum<Algorithm>(algorithm, "algorithm", 2);
@@ -348,8 +349,9 @@ NB_MODULE(_C, m) {
         nb::arg("state_indices").none(), nb::arg("workspace").none(), nb::arg("gate_mode"),
         nb::arg("lower_bound"), nb::arg("beta_mode"), nb::arg("l2norm_qk"), nb::arg("scale"),
         nb::arg("state_layout"), nb::arg("algorithm"), nb::arg("stream"),
-        nb::arg("alloc").none(),
-        "KDA forward: writes out (and final_state). Modes are the integer values of the enums.");
+        nb::arg("alloc").none(), nb::arg("boundary_states").none() = nb::none(),
+        "KDA forward: writes out (and final_state, boundary_states). Modes are the integer "
+        "values of the enums.");
   m.def("forward_workspace_size", &forward_workspace_size_py, nb::arg("q"), nb::arg("k"),
         nb::arg("v"), nb::arg("g"), nb::arg("beta"), nb::arg("out").none(),
         nb::arg("A_log").none(), nb::arg("dt_bias").none(), nb::arg("cu_seqlens").none(),

@@ -224,3 +224,53 @@ def test_decode_numpy():
     )
     np.testing.assert_array_equal(o_np, o_t.numpy())
     np.testing.assert_array_equal(pool_np, pool.numpy())
+
+
+@pytest.mark.parametrize("bs_dtype", [torch.float32, torch.bfloat16])
+def test_prefill_boundary_states_equal_truncated_prefills(bs_dtype):
+    """Row sum_{m<n} ceil(L_m / 64) + j holds sequence n's state before its token 64 j."""
+    p = params(4)
+    lens = [0, 1, 64, 65, 150]
+    cu = np.cumsum([0] + lens).tolist()
+    T = cu[-1]
+    q, k, v, g, beta, *_ = make_inputs(1, T, H, HV, K, V, seed=9)
+    pool = random_state(len(lens), HV, K, V, v_first=True)
+    before = pool.clone()
+    indices = torch.arange(len(lens), dtype=torch.int32)
+    rows = sum((n + 63) // 64 for n in lens)
+    bstates = torch.full((rows + 1, HV, V, K), float("nan"), dtype=bs_dtype)  # + 1 sentinel row
+    fastkda.prefill(
+        q, k, v, g, beta, pool, indices, cu_seqlens=torch.tensor(cu, dtype=torch.int32),
+        boundary_states=bstates[:rows], **p, **GATE,
+    )
+    assert torch.isnan(bstates[rows]).all(), "a row past num_boundary_states was written"
+    row = 0
+    for n, L in enumerate(lens):
+        for j in range((L + 63) // 64):
+            s0, s1 = cu[n], cu[n] + 64 * j
+            if j == 0:
+                expect = before[n]
+            else:
+                _, s_ref = recurrent(
+                    q[:, s0:s1], k[:, s0:s1], v[:, s0:s1], g[:, s0:s1], beta[:, s0:s1],
+                    before[n : n + 1], p,
+                )
+                expect = s_ref[0]
+            tol = 1e-5 if bs_dtype == torch.float32 else 1e-2
+            assert rms_rel(bstates[row].float(), expect) <= tol, (n, j)
+            row += 1
+    assert row == rows
+
+
+def test_prefill_boundary_states_wrong_rows_rejected():
+    p = params(5)
+    q, k, v, g, beta, *_ = make_inputs(1, 70, H, HV, K, V, seed=2)
+    pool = random_state(1, HV, K, V, v_first=True)
+    before = pool.clone()
+    bstates = torch.zeros(1, HV, V, K)  # needs ceil(70 / 64) = 2 rows
+    with pytest.raises(ValueError, match="num_boundary_states"):
+        fastkda.prefill(
+            q, k, v, g, beta, pool, torch.tensor([0], dtype=torch.int32),
+            boundary_states=bstates, **p, **GATE,
+        )
+    assert torch.equal(pool, before) and torch.equal(bstates, torch.zeros_like(bstates))
