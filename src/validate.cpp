@@ -154,9 +154,6 @@ void validate_problem(const ForwardParams& p) {
   }
   check_state(p.boundary_states, p.boundary_states_dtype, "boundary_states", p.device);
   if (p.boundary_states) {
-    FASTKDA_CHECK(p.device == Device::kCPU,
-                  "boundary_states: expected none on CUDA (the prefill kernel does not emit "
-                  "chunk-boundary states yet), got a pointer");
     const void* host = p.cu_seqlens ? (p.device == Device::kCPU ? p.cu_seqlens : p.cu_seqlens_host)
                                      : nullptr;
     const int64_t C = ForwardParams::kBoundaryInterval;

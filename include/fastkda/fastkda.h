@@ -134,6 +134,8 @@ struct ForwardParams : KdaInputs {
   // boundary_row(n, j) = sum_{m < n} ceil(L_m / 64) + j holds the state of sequence n before its
   // token 64·j, for j = 0 .. ceil(L_n / 64) - 1 (j = 0: the initial state), L_n its length.
   // num_boundary_states must be sum_n ceil(L_n / 64) (checked where cu_seqlens is on the host).
+  // On CUDA with a device cu_seqlens and no cu_seqlens_host it cannot be checked: rows
+  // >= num_boundary_states are skipped (never written), so a short buffer is never overrun.
   void* boundary_states = nullptr;  // [num_boundary_states, HV, V, K] or [.., K, V] (state_layout)
   DType boundary_states_dtype = DType::kF32;  // f32 or bf16
   int64_t num_boundary_states = 0;

@@ -69,6 +69,10 @@ struct Case {
   double extreme_gates =
       0.0;                 // fraction of gate entries at -1000 (softplus / pre-gated: per token)
   bool collinear = false;  // 32 identical keys, raw gate -12, beta logit +8
+  bool boundary = false;   // chunk-boundary states (one sentinel row past the last, NaN)
+  DType boundary_dtype = DType::kF32;
+  bool cu_host = false;          // varlen: also pass cu_seqlens_host (validated; needs lead == 0)
+  int64_t boundary_dropped = 0;  // num_boundary_states = rows - this (device cu_seqlens only)
 };
 
 inline std::string describe(const Case& c, uint64_t seed) {
@@ -83,7 +87,9 @@ inline std::string describe(const Case& c, uint64_t seed) {
      << " final_dtype=" << fastkda::to_string(c.final_dtype)
      << " layout=" << fastkda::to_string(c.layout) << " pool=" << c.pool
      << " in_place=" << c.in_place << " strided=" << c.strided << " extreme=" << c.extreme_gates
-     << " collinear=" << c.collinear << " seed=" << seed << " (FASTKDA_TEST_SEED)";
+     << " collinear=" << c.collinear << " boundary=" << c.boundary
+     << " boundary_dtype=" << fastkda::to_string(c.boundary_dtype) << " cu_host=" << c.cu_host
+     << " boundary_dropped=" << c.boundary_dropped << " seed=" << seed << " (FASTKDA_TEST_SEED)";
   return os.str();
 }
 
@@ -112,6 +118,13 @@ struct HostBuf {
       h[i] = fastkda::float_to_bf16(x);
   }
   bool same_bits(const HostBuf& o) const { return dtype == o.dtype && f == o.f && h == o.h; }
+  // Elements [lo, hi) bitwise equal to o's (NaN payloads included).
+  bool same_bits(const HostBuf& o, size_t lo, size_t hi) const {
+    const size_t es = fastkda::dtype_size(dtype);
+    return dtype == o.dtype && hi <= size() && hi <= o.size() &&
+           std::memcmp(static_cast<const char*>(data()) + lo * es,
+                       static_cast<const char*>(o.data()) + lo * es, (hi - lo) * es) == 0;
+  }
 };
 
 class DeviceBuf {
@@ -235,6 +248,17 @@ struct Problem {
   size_t state_elems() const { return size_t(num_slots * c.HV * kK * kV); }
   bool has_init() const { return c.init != InitState::kNone || c.in_place; }
   int64_t slot_of(int64_t n) const { return c.pool ? indices[size_t(n)] : n; }
+  // Boundary-state rows (fla's `h`): sequence n owns rows [base[n], base[n + 1]), one per 64
+  // tokens.
+  std::vector<int64_t> boundary_base() const {
+    constexpr int64_t kI = fastkda::ForwardParams::kBoundaryInterval;
+    std::vector<int64_t> base{0};
+    for (int64_t n = 0; n < num_seq; ++n)
+      base.push_back(base.back() + (cu[size_t(n) + 1] - cu[size_t(n)] + kI - 1) / kI);
+    return base;
+  }
+  int64_t boundary_rows() const { return boundary_base().back(); }
+  size_t row_elems() const { return size_t(c.HV) * kK * kV; }  // one state row, all value heads
 
   struct Ptrs {
     const void *q, *k, *v, *g, *beta, *cu;
@@ -274,8 +298,9 @@ struct Problem {
 };
 
 struct Result {
-  HostBuf out;    // [rows, HV, V] bf16 (GPU) or f32 (oracle)
-  HostBuf state;  // [num_slots, HV, ...] final states (initial contents where not written)
+  HostBuf out;       // [rows, HV, V] bf16 (GPU) or f32 (oracle)
+  HostBuf state;     // [num_slots, HV, ...] final states (initial contents where not written)
+  HostBuf boundary;  // [boundary_rows + 1, HV, ...] with c.boundary; NaN where not written
 };
 
 struct DeviceInputs {
@@ -311,6 +336,13 @@ inline Result run_gpu(const Problem& p, const DeviceInputs& d, cudaStream_t stre
   DeviceBuf init(p.init_state.data(), p.init_state.bytes());
   DeviceBuf fin = p.c.in_place ? DeviceBuf() : DeviceBuf(r.state.data(), r.state.bytes());
   if (p.c.in_place) init.from_host(r.state.data());
+  DeviceBuf bnd;
+  if (p.c.boundary) {
+    r.boundary = HostBuf(p.c.boundary_dtype, size_t(p.boundary_rows() + 1) * p.row_elems());
+    for (size_t i = 0; i < r.boundary.size(); ++i) r.boundary.set(i, NAN);
+    bnd = DeviceBuf(r.boundary.data(), r.boundary.bytes());
+  }
+  const std::vector<int32_t> cu32(p.cu.begin(), p.cu.end());  // for cu_seqlens_host
   fastkda::ForwardParams f = p.params(
       {d.q.get(), d.k.get(), d.v.get(), d.g.get(), d.beta.get(), d.cu.get(),
        static_cast<const float*>(d.A_log.get()), static_cast<const float*>(d.dt_bias.get()),
@@ -318,6 +350,13 @@ inline Result run_gpu(const Problem& p, const DeviceInputs& d, cudaStream_t stre
        static_cast<const int32_t*>(d.indices.get())},
       fastkda::Device::kCUDA);
   f.stream = stream;
+  if (p.c.boundary) {
+    f.boundary_states = bnd.get();
+    f.boundary_states_dtype = p.c.boundary_dtype;
+    f.num_boundary_states = p.boundary_rows() - p.c.boundary_dropped;
+  }
+  if (p.c.cu_host && !p.c.seqlens.empty())
+    f.cu_seqlens_host = p.c.cu_i64 ? static_cast<const void*>(p.cu.data()) : cu32.data();
   DeviceBuf ws(fastkda::forward_workspace_size(f));
   f.workspace = ws.get(), f.workspace_bytes = fastkda::forward_workspace_size(f);
   fastkda::forward(f);
@@ -326,6 +365,7 @@ inline Result run_gpu(const Problem& p, const DeviceInputs& d, cudaStream_t stre
     throw fastkda::Error(std::string("prefill: CUDA error ") + cudaGetErrorString(e));
   out.to_host(r.out.data());
   (p.c.in_place ? init : fin).to_host(r.state.data());
+  if (p.c.boundary) bnd.to_host(r.boundary.data());
   return r;
 }
 
@@ -341,6 +381,11 @@ inline Result run_oracle(const Problem& p) {
   std::fill(r.out.f.begin(), r.out.f.end(), NAN);
   for (size_t i = 0; i < r.state.size(); ++i) r.state.f[i] = p.init_state.get(i);
   const int64_t matrix = int64_t(p.c.HV) * kK * kV;
+  const std::vector<int64_t> base = p.boundary_base();
+  if (p.c.boundary) {  // f32 (rounded from fp64), in the problem's layout
+    r.boundary = HostBuf(DType::kF32, size_t(base.back() + 1) * p.row_elems());
+    std::fill(r.boundary.f.begin(), r.boundary.f.end(), NAN);
+  }
   for (int64_t n = 0; n < p.num_seq; ++n) {
     const int64_t bos = p.cu[size_t(n)], len = p.cu[size_t(n) + 1] - bos;
     const int64_t slot = p.slot_of(n);
@@ -373,6 +418,11 @@ inline Result run_oracle(const Problem& p) {
     f.initial_state_dtype = f.final_state_dtype = DType::kF32;
     f.state_layout = p.c.layout;
     f.algorithm = fastkda::Algorithm::kRecurrent;
+    if (p.c.boundary) {
+      f.boundary_states = r.boundary.f.data() + base[size_t(n)] * matrix;
+      f.boundary_states_dtype = DType::kF32;
+      f.num_boundary_states = base[size_t(n) + 1] - base[size_t(n)];
+    }
     if (len > 0)
       fastkda::forward(f);
     else

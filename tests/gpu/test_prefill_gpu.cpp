@@ -2,12 +2,14 @@
 // (DESIGN §5): accuracy over a grid of shapes and modes, the numerical traps (gates of -1000,
 // collinear keys with beta ~ 1), varlen with empty and 1-token sequences, state pools, and the
 // invariants (causality bit for bit, bitwise reruns, varlen == separate calls, split prefill, rows
-// outside every sequence untouched, CUDA-graph capture).
+// outside every sequence untouched, CUDA-graph capture), and the chunk-boundary states.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "gpu_test_util.h"
@@ -19,6 +21,31 @@ namespace {
 constexpr double kOutTol = 2.0e-3;
 constexpr double kStateTol = 5.0e-4;
 constexpr double kStateTolBf16 = 3.0e-3;
+
+// Boundary states (fla's `h`: row base_n + j = sequence n before its token 64 j): every row within
+// the state bound of the oracle's (per row), none left NaN, and the rows from num_boundary_states
+// on (the dropped ones and the sentinel row) bitwise untouched.
+void check_boundary(const Problem& p, const Result& got, const Result& ref) {
+  const size_t re = p.row_elems();
+  const int64_t rows = p.boundary_rows(), written = rows - p.c.boundary_dropped;
+  HostBuf poison(p.c.boundary_dtype, got.boundary.size());
+  for (size_t i = 0; i < poison.size(); ++i) poison.set(i, NAN);
+  const double tol = p.c.boundary_dtype == DType::kBF16 ? kStateTolBf16 : kStateTol;
+  double worst = 0;
+  for (int64_t r = 0; r < written; ++r) {
+    const size_t lo = size_t(r) * re, hi = lo + re;
+    const Err e = compare(got.boundary, ref.boundary, [&](size_t i) { return i >= lo && i < hi; });
+    worst = std::max(worst, e.rms_rel);
+    EXPECT_EQ(e.nonfinite, 0u) << "boundary row " << r << " not fully written  " << p.describe();
+    EXPECT_LE(e.rms_rel, tol) << "boundary row " << r << ": " << e << "  " << p.describe();
+  }
+  for (int64_t r = std::max<int64_t>(written, 0); r <= rows; ++r)
+    EXPECT_TRUE(got.boundary.same_bits(poison, size_t(r) * re, size_t(r + 1) * re))
+        << "boundary row " << r << " (>= num_boundary_states " << written << ") was written  "
+        << p.describe();
+  std::printf("[prefill] boundary: %lld of %lld rows written, worst row rms_rel %g\n",
+              (long long)written, (long long)rows, worst);
+}
 
 // Runs one problem on the GPU and the oracle; checks every covered output row is finite and
 // accurate, uncovered rows untouched (still NaN bits), written state slots accurate, the other
@@ -55,6 +82,7 @@ Result check_against_oracle(const Problem& p, const char* label = "") {
     EXPECT_LE(es.rms_rel, tol) << "state " << es << "  " << p.describe();
   }
   EXPECT_EQ(changed, 0u) << "state slots that must stay untouched changed  " << p.describe();
+  if (p.c.boundary) check_boundary(p, got, ref);
   return got;
 }
 
@@ -345,6 +373,139 @@ TEST(PrefillGpu, SplitPrefillMatchesOne) {
   std::copy(r2.out.h.begin(), r2.out.h.end(), out_split.h.begin() + r1.out.size());
   const Err eo = compare(out_split, rw.out, [](size_t) { return true; });
   const Err es = compare(r2.state, rw.state, [](size_t) { return true; });
+  EXPECT_LE(eo.rms_rel, kOutTol) << eo << "  " << p.describe();
+  EXPECT_LE(es.rms_rel, kStateTol) << es << "  " << p.describe();
+}
+
+// Boundary states vs the oracle: varlen with empty, 1-, 64-, 65-token and long sequences (i32 / i64
+// cu_seqlens, with and without the host copy; without it the pool path with -1 indices, where
+// row j = 0 is zeros), fixed-length batches; f32 and bf16 rows, both layouts.
+TEST(PrefillGpu, BoundaryStates) {
+  FASTKDA_REQUIRE_GPU();
+  struct Variant {
+    bool i64, cu_host;
+    DType dtype;
+    StateLayout layout;
+  };
+  for (const Variant& v : {Variant{false, true, DType::kF32, StateLayout::kVFirst},
+                           Variant{true, true, DType::kBF16, StateLayout::kKFirst},
+                           Variant{false, false, DType::kF32, StateLayout::kKFirst},
+                           Variant{true, false, DType::kBF16, StateLayout::kVFirst}}) {
+    Case c;
+    c.seqlens = {0, 1, 64, 65, 300, 0, 128};
+    c.cu_i64 = v.i64, c.cu_host = v.cu_host, c.pool = !v.cu_host;
+    c.H = 1, c.HV = 2;
+    c.boundary = true, c.boundary_dtype = v.dtype, c.layout = v.layout;
+    check_against_oracle(Problem(c), "boundary varlen");
+  }
+  {
+    Case c;
+    c.B = 3, c.T = 130, c.boundary = true;
+    check_against_oracle(Problem(c), "boundary B=3 f32");
+  }
+  {
+    Case c;
+    c.B = 2, c.T = 192, c.init = InitState::kNone, c.layout = StateLayout::kKFirst;
+    c.boundary = true, c.boundary_dtype = DType::kBF16;
+    check_against_oracle(Problem(c), "boundary B=2 bf16");
+  }
+}
+
+// Every value split writes its own V-slice of every boundary row.
+TEST(PrefillGpu, BoundaryStatesEveryValueSplit) {
+  FASTKDA_REQUIRE_GPU();
+  for (const char* vs : {"1", "2", "4"})
+    for (DType dtype : {DType::kF32, DType::kBF16}) {
+      setenv("FASTKDA_PREFILL_VSPLIT", vs, 1);
+      Case c;
+      c.seqlens = {65, 0, 200, 64};
+      c.HV = 2, c.boundary = true, c.boundary_dtype = dtype, c.cu_host = true;
+      c.layout = dtype == DType::kF32 ? StateLayout::kKFirst : StateLayout::kVFirst;
+      check_against_oracle(Problem(c), (std::string("boundary vsplit ") + vs).c_str());
+    }
+  unsetenv("FASTKDA_PREFILL_VSPLIT");
+}
+
+// Device cu_seqlens without a host copy: num_boundary_states is not checked, rows past it are
+// skipped (left untouched), the ones before it are still written.
+TEST(PrefillGpu, BoundaryStatesShortBufferSkipsRows) {
+  FASTKDA_REQUIRE_GPU();
+  for (int64_t dropped : {3, 9}) {  // 9 rows in all: some skipped, then all
+    Case c;
+    c.seqlens = {130, 1, 300};
+    c.HV = 2, c.boundary = true, c.boundary_dropped = dropped;
+    check_against_oracle(Problem(c), "boundary short buffer");
+  }
+}
+
+// The last boundary row of each sequence is, bit for bit, the final state of a prefill truncated
+// at that boundary (same chunk grid, same grid of CTAs); continuing from it over the rest of the
+// sequence reproduces the full run's outputs and final state.
+TEST(PrefillGpu, BoundaryStatesArePrefixStates) {
+  FASTKDA_REQUIRE_GPU();
+  Case c;
+  c.seqlens = {65, 0, 300, 64, 1, 129};
+  c.HV = 2, c.boundary = true, c.cu_host = true;
+  Problem p(c);
+  const Result full = run_gpu(p, DeviceInputs(p));
+  const std::vector<int64_t> base = p.boundary_base();
+  const size_t re = p.row_elems();
+  const size_t ns = p.c.seqlens.size();
+  // Tokens [lo[n], hi[n]) of every sequence n as a new varlen problem (initial states as in p).
+  auto part = [&](const std::vector<int64_t>& lo, const std::vector<int64_t>& hi) {
+    Case cs = c;
+    cs.seqlens.clear();
+    for (size_t n = 0; n < ns; ++n) cs.seqlens.push_back(hi[n] - lo[n]);
+    cs.boundary = false;
+    Problem ps(cs, p.seed);
+    auto rows = [&](const HostBuf& src, HostBuf& dst, int64_t stride, int64_t from, int64_t to) {
+      for (int64_t i = 0; i < stride; ++i)
+        dst.set(size_t(to * stride + i), src.get(size_t(from * stride + i)));
+    };
+    for (size_t n = 0; n < ns; ++n)
+      for (int64_t t = lo[n]; t < hi[n]; ++t) {
+        const int64_t from = p.cu[n] + t, to = ps.cu[n] + t - lo[n];
+        rows(p.q, ps.q, p.q_stride, from, to), rows(p.k, ps.k, p.k_stride, from, to);
+        rows(p.v, ps.v, p.v_stride, from, to), rows(p.g, ps.g, p.g_stride, from, to);
+        rows(p.beta, ps.beta, p.beta_stride, from, to);
+      }
+    ps.A_log = p.A_log, ps.dt_bias = p.dt_bias;
+    ps.init_state = p.init_state;
+    return ps;
+  };
+  std::vector<int64_t> zero(ns, 0), cut(ns), len(ns);
+  for (size_t n = 0; n < ns; ++n) {
+    len[n] = p.c.seqlens[n];
+    cut[n] = len[n] > 0 ? 64 * (base[n + 1] - base[n] - 1) : 0;  // the last boundary
+  }
+  const Problem pt = part(zero, cut);
+  const Result trunc = run_gpu(pt, DeviceInputs(pt));
+  for (size_t n = 0; n < ns; ++n) {
+    if (len[n] == 0) continue;
+    const size_t r = size_t(base[n + 1] - 1);
+    EXPECT_EQ(std::memcmp(full.boundary.f.data() + r * re, trunc.state.f.data() + n * re, re * 4),
+              0)
+        << "sequence " << n << ": boundary row " << r << " != final state truncated at token "
+        << cut[n] << "  " << p.describe();
+  }
+
+  Problem pc = part(cut, len);
+  for (size_t n = 0; n < ns; ++n)
+    if (len[n] > 0)
+      for (size_t i = 0; i < re; ++i)
+        pc.init_state.set(n * re + i, full.boundary.f[size_t(base[n + 1] - 1) * re + i]);
+  const Result cont = run_gpu(pc, DeviceInputs(pc));
+  HostBuf expect(DType::kBF16, cont.out.size());
+  const size_t row_elems = size_t(p.c.HV) * kV;
+  for (size_t n = 0; n < ns; ++n)
+    for (int64_t t = cut[n]; t < len[n]; ++t)
+      std::copy_n(full.out.h.begin() + (p.cu[n] + t) * row_elems, row_elems,
+                  expect.h.begin() + (pc.cu[n] + t - cut[n]) * row_elems);
+  const Err eo = compare(cont.out, expect, [](size_t) { return true; });
+  const Err es = compare(cont.state, full.state, [](size_t) { return true; });
+  std::printf("[prefill] continued from the last boundary: out %g%s | state %g%s\n", eo.rms_rel,
+              cont.out.same_bits(expect) ? " (bitwise)" : "", es.rms_rel,
+              cont.state.same_bits(full.state) ? " (bitwise)" : "");
   EXPECT_LE(eo.rms_rel, kOutTol) << eo << "  " << p.describe();
   EXPECT_LE(es.rms_rel, kStateTol) << es << "  " << p.describe();
 }

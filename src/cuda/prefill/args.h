@@ -23,6 +23,8 @@ struct PrefillArgs {
   void* final_state;             // same layout, optional
   const int32_t* state_indices;  // [N] optional
   int64_t num_state_slots;
+  void* boundary_states;        // [num_boundary_states, HV, V, K] or [.., K, V], optional
+  int64_t num_boundary_states;  // rows >= this are skipped (cu_seqlens unchecked on the host)
   float* ws;         // [chunk slots, HV, kWsFloats] workspace: Tb and A_qk per chunk (config.h)
   int64_t num_seq;   // N
   int64_t T;         // tokens per batch row (fixed-length)
@@ -33,7 +35,7 @@ struct PrefillArgs {
   float lower_bound_log2;  // lambda * log2(e)
   float scale;
   bool g_f32, beta_f32, l2norm, cu_i64;
-  bool init_f32, final_f32, k_first;
+  bool init_f32, final_f32, boundary_f32, k_first;
 };
 
 }  // namespace fastkda::prefill_cuda

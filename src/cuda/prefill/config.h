@@ -12,6 +12,9 @@ constexpr int kK = 128;   // key dim (the only one the CUDA kernels support)
 constexpr int kV = 128;   // value dim
 constexpr int kC = 16;    // chunk length: one m16 MMA tile of tokens
 constexpr int kHalf = 8;  // sub-block: rows 8..15 of a chunk are anchored at row 7 (§ anchoring)
+// Chunks per boundary-state interval (ForwardParams::kBoundaryInterval = 64 tokens, checked in
+// launch.cu): the scan stores S before every chunk c with c % kBoundaryChunks == 0.
+constexpr int kBoundaryChunks = 4;
 
 constexpr int kPrepWarps = 4;                  // warps per prepare group / per intra CTA
 constexpr int kPrepThreads = 32 * kPrepWarps;  // one thread per key column in the gate scan

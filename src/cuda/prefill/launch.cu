@@ -20,6 +20,9 @@ namespace {
 
 using prefill_cuda::PrefillArgs;
 
+static_assert(prefill_cuda::kBoundaryChunks * prefill_cuda::kC == ForwardParams::kBoundaryInterval,
+              "boundary states: one every kBoundaryChunks scan chunks");
+
 class DeviceGuard {
  public:
   explicit DeviceGuard(int device) {
@@ -83,6 +86,8 @@ PrefillArgs make_args(const ForwardParams& p, const Strides& s) {
   a.final_state = p.final_state;
   a.state_indices = p.state_indices;
   a.num_state_slots = p.state_indices ? p.num_state_slots : INT64_MAX;
+  a.boundary_states = p.boundary_states;
+  a.num_boundary_states = p.boundary_states ? p.num_boundary_states : 0;
   a.T = p.T;
   a.H = p.H, a.HV = p.HV, a.group = p.HV / p.H;
   a.gate = static_cast<prefill_cuda::Gate>(static_cast<int>(p.gate_mode));
@@ -95,6 +100,7 @@ PrefillArgs make_args(const ForwardParams& p, const Strides& s) {
   a.cu_i64 = p.cu_seqlens_dtype == DType::kI64;
   a.init_f32 = p.initial_state_dtype == DType::kF32;
   a.final_f32 = p.final_state_dtype == DType::kF32;
+  a.boundary_f32 = p.boundary_states_dtype == DType::kF32;
   a.k_first = p.state_layout == StateLayout::kKFirst;
   return a;
 }

@@ -14,7 +14,8 @@
 // Hand-off: named barriers kBarFull0 + s (prepare arrives, scan waits) and kBarEmpty0 + s (scan
 // arrives, prepare waits) per stage s; a prepare group syncs on kBarPrep0 + p.
 // Shared memory: SharedPlan<kVs> (config.h). Reads q, k, v, g and 128 B of workspace per token and
-// head, writes out once; reads and writes the state once per (sequence, head).
+// head, writes out once; reads and writes the state once per (sequence, head), and with
+// boundary_states also writes it every 64 tokens (before chunks 0, 4, 8, ... of the sequence).
 #pragma once
 
 #include "cuda/prefill/prepare.cuh"
@@ -70,6 +71,22 @@ __device__ __forceinline__ void prepare_role(const PrefillArgs& a, SharedPlan<kV
   device::cp_async_wait_group<0>();
 }
 
+// First boundary-state row of sequence n: sum over m < n of ceil(L_m / 64) (fla's `h` layout).
+// Called by a whole warp: lanes stride over m and reduce, ~N / 32 loads per warp. Lengths are
+// clamped at 0, so the base is >= 0 even for unchecked device cu_seqlens.
+__device__ __forceinline__ int64_t boundary_base(const PrefillArgs& a, int64_t n) {
+  constexpr int64_t kI = kBoundaryChunks * kC;  // 64 tokens between boundary states
+  if (!a.cu_seqlens) return n * ((a.T + kI - 1) / kI);
+  int64_t rows = 0;
+  for (int64_t m = threadIdx.x & 31; m < n; m += 32) {
+    const int64_t len = load_cu(a, m + 1) - load_cu(a, m);
+    rows += len > 0 ? (len + kI - 1) / kI : 0;
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) rows += __shfl_xor_sync(0xffffffffu, rows, o);
+  return rows;
+}
+
 template <int kVs>
 __device__ __forceinline__ void scan_role(const PrefillArgs& a, SharedPlan<kVs>& sm, int64_t n,
                                           int hv, int v0, int64_t bos, int64_t eos, int nchunks) {
@@ -93,8 +110,25 @@ __device__ __forceinline__ void scan_role(const PrefillArgs& a, SharedPlan<kVs>&
   float S[kK / 8][4];
   load_state(a, init, a.init_f32, v_row, S);
 
+  // Boundary states: before chunk c = kBoundaryChunks * j, S is the state before token 64 j of
+  // the sequence -> row base + j, j < bnd_rows. Rows >= num_boundary_states are skipped (device
+  // cu_seqlens is not checked against it on the host); bnd_rows = 0 without boundary_states.
+  char* bnd = nullptr;  // row base, head hv
+  int bnd_rows = 0;
+  if (a.boundary_states) {
+    const int64_t base = boundary_base(a, n);
+    const int64_t left = a.num_boundary_states - base;
+    const int want = (nchunks + kBoundaryChunks - 1) / kBoundaryChunks;
+    bnd_rows = left <= 0 ? 0 : (left < want ? int(left) : want);
+    bnd = static_cast<char*>(a.boundary_states) +
+          (base * a.HV + hv) * matrix * (a.boundary_f32 ? 4 : 2);
+  }
+
   uint16_t* out_rows = a.out + bos * a.out_stride + int64_t(hv) * kV + v_row;
   for (int c = 0, st = 0; c < nchunks; ++c, st = st + 1 == kGroups ? 0 : st + 1) {
+    if (c % kBoundaryChunks == 0 && c / kBoundaryChunks < bnd_rows)
+      store_state(a, bnd + int64_t(c / kBoundaryChunks) * a.HV * matrix * (a.boundary_f32 ? 4 : 2),
+                  a.boundary_f32, v_row, S);
     device::bar_sync(kBarFull0 + st, kThreads);
     const int nvalid = int(eos - (bos + int64_t(c) * kC) < kC ? eos - (bos + int64_t(c) * kC) : kC);
     scan_chunk<kVs>(a, sm.scan[st], sm.ostage[ws], S, vc, out_rows + int64_t(c) * kC * a.out_stride,
