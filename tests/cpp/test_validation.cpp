@@ -171,7 +171,12 @@ TEST(Validation, CudaRequirements) {
   if (fastkda::built_with_cuda()) {
     // CUDA-specific rules are checked before any device access: these pointers are host memory
     // and are never dereferenced, because each case fails validation first.
-    expect_forward_error([](ForwardCase& c) { c.p.device = fastkda::Device::kCUDA; }, "io_dtype");
+    expect_forward_error(
+        [](ForwardCase& c) {
+          c.p.device = fastkda::Device::kCUDA;
+          c.p.K = c.p.V = 128;
+        },
+        "io_dtype");
     expect_forward_error(
         [](ForwardCase& c) {
           c.p.device = fastkda::Device::kCUDA;
