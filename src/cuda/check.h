@@ -12,3 +12,26 @@
     FASTKDA_CHECK(fastkda_err_ == cudaSuccess, "CUDA error in ", #expr, ": ",           \
                   cudaGetErrorString(fastkda_err_), " (", __FILE__, ":", __LINE__, ")"); \
   } while (0)
+
+namespace fastkda::cuda {
+
+// Makes `device` current for a launch and restores the caller's device afterwards.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    FASTKDA_CUDA_CHECK(cudaGetDevice(&previous_));
+    switched_ = previous_ != device;
+    if (switched_) FASTKDA_CUDA_CHECK(cudaSetDevice(device));
+  }
+  ~DeviceGuard() {
+    if (switched_) cudaSetDevice(previous_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = 0;
+  bool switched_ = false;
+};
+
+}  // namespace fastkda::cuda

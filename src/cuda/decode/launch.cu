@@ -16,24 +16,6 @@ namespace {
 
 bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
-// Makes device_index current for the launch and restores the caller's device afterwards.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    FASTKDA_CUDA_CHECK(cudaGetDevice(&previous_));
-    if (previous_ != device) FASTKDA_CUDA_CHECK(cudaSetDevice(device));
-    switched_ = previous_ != device;
-  }
-  ~DeviceGuard() {
-    if (switched_) cudaSetDevice(previous_);
-  }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int previous_ = 0;
-  bool switched_ = false;
-};
 
 // The vector loads of the kernel need: q, k, g (bf16) 8-byte-aligned rows, g (f32) and dt_bias
 // 16-byte-aligned rows (8 for K = 64), the pool 16-byte (f32) or 8-byte (bf16) aligned.

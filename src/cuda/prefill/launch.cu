@@ -23,23 +23,6 @@ using prefill_cuda::PrefillArgs;
 static_assert(prefill_cuda::kBoundaryChunks * prefill_cuda::kC == ForwardParams::kBoundaryInterval,
               "boundary states: one every kBoundaryChunks scan chunks");
 
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    FASTKDA_CUDA_CHECK(cudaGetDevice(&previous_));
-    switched_ = previous_ != device;
-    if (switched_) FASTKDA_CUDA_CHECK(cudaSetDevice(device));
-  }
-  ~DeviceGuard() {
-    if (switched_) cudaSetDevice(previous_);
-  }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int previous_ = 0;
-  bool switched_ = false;
-};
 
 bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
