@@ -146,7 +146,13 @@ void prefill(const ForwardParams& p) {
   a.num_seq = num_seq;
   const int64_t slots = chunk_slots(p);
   FASTKDA_CHECK(slots <= int64_t(INT32_MAX) && p.HV <= 65535,
-                "T: too many chunks for one launch: ", slots, " chunk slots x ", p.HV, " heads");
+                "T: expected at most 2^31 - 1 chunk slots and 65535 value heads per launch, got ",
+                slots, " chunk slots x ", p.HV, " heads");
+  a.vsplit = choose_vsplit(num_seq * p.HV, sm_count(p.device_index));
+  const int64_t ctas = num_seq * p.HV * a.vsplit;
+  FASTKDA_CHECK(ctas <= int64_t(INT32_MAX),
+                "N * HV: expected at most 2^31 - 1 CTAs per launch, got ", num_seq, " x ", p.HV,
+                " x ", a.vsplit);
   auto stream = static_cast<cudaStream_t>(p.stream);
   {
     constexpr size_t smem = prefill_cuda::intra_shared_bytes();
@@ -156,12 +162,6 @@ void prefill(const ForwardParams& p) {
                                  smem, stream>>>(a);
     FASTKDA_CUDA_CHECK(cudaGetLastError());
   }
-  a.vsplit = choose_vsplit(num_seq * p.HV, sm_count(p.device_index));
-  const int64_t ctas = num_seq * p.HV * a.vsplit;
-  FASTKDA_CHECK(ctas <= int64_t(INT32_MAX),
-                "N * HV: too many (sequence, head) pairs for one "
-                "launch: ",
-                num_seq, " x ", p.HV);
   switch (a.vsplit) {
     case 1:
       launch<128>(a, ctas, stream);
