@@ -181,11 +181,11 @@ void set_inputs(const TensorView& q, const TensorView& k, const TensorView& v, c
 
 // A state tensor [rows, HV, V, K] (V-first) or [rows, HV, K, V]; rows == kAny: any count >= 1.
 void check_state(const TensorView& t, const char* name, int64_t rows, const KdaInputs& p,
-                 StateLayout layout, const TensorView& q) {
+                 StateLayout layout, const TensorView& q, bool allow_empty = false) {
   const bool v_first = layout == StateLayout::kVFirst;
   check_shape(t, name, v_first ? "[rows, HV, V, K] (V-first)" : "[rows, HV, K, V] (K-first)",
               {rows, p.HV, v_first ? p.V : p.K, v_first ? p.K : p.V});
-  FASTKDA_CHECK(t.shape[0] >= 1 || rows != kAny, name, ": expected at least one state row, got ",
+  FASTKDA_CHECK(t.shape[0] >= 1 || rows != kAny || allow_empty, name, ": expected at least one state row, got ",
                 Shape{t});
   check_float(t, name);
   check_device(t, name, q);
@@ -258,7 +258,8 @@ ForwardParams make_forward_params(const ForwardTensors& t) {
     if (ht.present()) check_state(ht, "final_state", N, p, layout, t.q);
   }
   if (t.boundary_states.present()) {
-    check_state(t.boundary_states, "boundary_states", kAny, p, layout, t.q);
+    // Any row count here (0 when every sequence is empty): validate() checks it against lengths.
+    check_state(t.boundary_states, "boundary_states", kAny, p, layout, t.q, /*allow_empty=*/true);
     p.boundary_states = t.boundary_states.data;
     p.boundary_states_dtype = t.boundary_states.dtype;
     p.num_boundary_states = t.boundary_states.shape[0];
