@@ -1,7 +1,7 @@
 """fastkda: Kimi Delta Attention (KDA) kernels.
 
 Entry points (all forward-only; tensors through DLPack: torch CPU/CUDA tensors, numpy arrays):
-  fwd(...)                  MoonshotAI FlashKDA's flash_kda.fwd (in place, V-first states)
+  fwd(...)                  FlashKDA's flash_kda.fwd (in place, V-first states)
   chunk_kda(...)            fla.ops.kda.chunk_kda (0.6.0 keyword arguments) -> (o, final_state)
   fused_recurrent_kda(...)  fla.ops.kda.fused_recurrent_kda -> (o, final_state)
   forward(...)              the general forward: every gate / beta / layout / algorithm option

@@ -1,4 +1,4 @@
-"""Drop-in entry points: MoonshotAI FlashKDA's flash_kda.fwd and fla's chunk_kda /
+"""Drop-in entry points: FlashKDA's flash_kda.fwd and fla's chunk_kda /
 fused_recurrent_kda (flash-linear-attention 0.6.0 keyword arguments and defaults).
 
 Forward only: the outputs carry no autograd history.

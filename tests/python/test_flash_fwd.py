@@ -1,4 +1,4 @@
-"""fastkda.fwd: MoonshotAI FlashKDA's flash_kda.fwd semantics on CPU.
+"""fastkda.fwd: FlashKDA's flash_kda.fwd semantics on CPU.
 
 q, k, v, g [B, T, H, 128] bf16, beta [B, T, H] bf16 logits, the bounded gate with A_log [H] and
 dt_bias [H, K] in f32, l2norm inside, out written in place, states [N, H, V, K] (V-first).
