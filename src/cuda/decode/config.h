@@ -30,8 +30,14 @@ static_assert(kLanesPerKRow * kKRowsPerWarpStep == 32, "K-first tile mapping");
 // Launched as a programmatic dependent of the previous kernel on the stream (PDL): the CTAs are
 // staged while it drains and wait for it (griddepcontrol.wait) before their first global read.
 // Measured on the H200 (BENCHMARKS.md, Decode): -0.25 us per call at batch 1, neutral at large
-// batch. No register cap: a 64-register cap (8 CTAs/SM) was 12% slower at batch 256.
+// batch.
 constexpr bool kUsePdl = true;
+
+// Register budget: 5 CTAs per SM (ptxas: 92 registers for K = 128, f32, V-first, no spills; 102
+// without a cap = 4 CTAs per SM). Measured on the H200 (BENCHMARKS.md, Decode, same process):
+// 1.5-2 % faster at batch >= 256 (K-first 4-5 %), 1 % at batch 32; 6 and 7 CTAs per SM (80 / 72
+// registers, 7 spills) were slower than 5 on every row, 8 (64 registers) 12 % slower at batch 256.
+constexpr int kMinCtasPerSm = 5;
 
 enum class GateKind : int { kBounded = 0, kSoftplus = 1, kPreGated = 2 };
 enum class BetaKind : int { kSigmoid = 0, kGiven = 1, kTwoSigmoid = 2 };

@@ -230,7 +230,7 @@ __device__ __forceinline__ void token_step_kfirst(float4 (&S)[kK / 16], SharedSt
 }
 
 template <int kK, bool kVFirst, class StateT>
-__global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_constant__ DecodeArgs a) {
+__global__ void __launch_bounds__(kThreads, kMinCtasPerSm) decode_kernel(const __grid_constant__ DecodeArgs a) {
   __shared__ __align__(16) SharedStorage<kK> sm;
   using Map = TileMap<kK, kVFirst>;
 
