@@ -39,6 +39,17 @@ constexpr bool kUsePdl = true;
 // registers, 7 spills) were slower than 5 on every row, 8 (64 registers) 12 % slower at batch 256.
 constexpr int kMinCtasPerSm = 5;
 
+// L2 prefetches of state tiles (prefetch.global.L2: hints, no registers, no waits), measured on the
+// H200 (BENCHMARKS.md, Decode, same process):
+// - one wave ahead: CTA b prefetches the tile of CTA b + kPrefetchWaves x (resident CTAs), so DRAM
+//   keeps streaming while CTAs wait on their slot lookup and prologue: batch >= 256 91 -> 94 %,
+//   K-first 83 -> 89 %; two waves ahead was slower than none (L2 thrash). 0 = off.
+// - the first wave (CTAs b < resident) prefetches its own tile before the PDL wait, overlapping the
+//   previous kernel's tail: batch 1 3.99 -> 3.25 us, batch 32 37.3 -> 35.9 us. Done by every CTA
+//   it costs 5 % at batch 256, so only the first wave does it.
+// Not with num_accepted (the read column is another load away).
+constexpr int kPrefetchWaves = 1;
+
 enum class GateKind : int { kBounded = 0, kSoftplus = 1, kPreGated = 2 };
 enum class BetaKind : int { kSigmoid = 0, kGiven = 1, kTwoSigmoid = 2 };
 
@@ -61,6 +72,8 @@ struct DecodeArgs {
   int64_t slot_stride;
   const int32_t* num_accepted;  // [N] optional (only read with per_token_states)
   int64_t N;
+  int64_t prefetch_ahead;       // CTA b prefetches the state tile of CTA b + prefetch_ahead (0: none)
+  int64_t early_prefetch_ctas;  // CTAs b < this prefetch their own tile before the PDL wait
   int H, HV, V, tokens;
   GateKind gate;
   BetaKind beta_kind;

@@ -16,13 +16,16 @@
 // state is read once (16-byte streaming loads) and written once per written slot.
 //
 // Launched with programmatic dependent launch (PDL): phase 0 waits for the previous kernel on the
-// stream (griddepcontrol.wait) and lets the next one stage its CTAs.
+// stream (griddepcontrol.wait) and lets the next one stage its CTAs. Before the wait, the first
+// resident wave of CTAs prefetches its own state tile into L2 from a possibly stale read of its slot
+// (a hint only: every value used is read after the wait; L2 is the device's point of coherence).
 // Phases:
 //   1. slot columns and num_accepted (lane j holds slots[n, j]); inputs of token t = warp into
 //      registers — all loads issued before anything waits.
 //   2. read slot resolved; padding row (negative / out-of-range slot or num_accepted):
 //      out rows = 0, nothing read or written, return.
-//   3. state tile loads issued; meanwhile the prologue turns the token inputs into q̃, k̂, d, β,
+//   3. state tile loads issued, then an L2 prefetch of the tile of the CTA one resident wave later
+//      (its slot loaded in phase 1; config.h kPrefetchWaves); meanwhile the prologue turns the token inputs into q̃, k̂, d, β,
 //      q̃·k̂ and the v slice in shared memory (fused l2 norm, gate, beta activation); warp w
 //      prepares tokens w, w + 4 (the second one's inputs loaded only now: fewer live registers).
 //   4. token loop (V-first: shuffles within 8-lane row groups; K-first: 2 shuffles + a
@@ -229,6 +232,23 @@ __device__ __forceinline__ void token_step_kfirst(float4 (&S)[kK / 16], SharedSt
   for (int x = 0; x < Map::kChunks; ++x) S[x] = fma4(u, sm.k[t][Map::krow(warp, lane, x)], S[x]);
 }
 
+// L2 prefetch of the state tile (slot, hv, rows v0 .. v0 + kBlockV); nothing for an invalid slot.
+// A hint only: L2 is the device's point of coherence, so data loaded later is current even if the
+// slot value or the tile changed in between.
+template <int kK, bool kVFirst, class StateT>
+__device__ __forceinline__ void prefetch_tile(const DecodeArgs& a, int slot, int hv, int v0) {
+  if (slot < 0 || slot >= a.num_slots) return;
+  const StateT* tile =
+      static_cast<const StateT*>(a.pool) + (int64_t(slot) * a.HV + hv) * (int64_t(kK) * a.V);
+  if constexpr (kVFirst) {  // rows v0 .. v0 + kBlockV: kBlockV * kK contiguous elements
+    constexpr int kLine = 128 / sizeof(StateT), kLines = kBlockV * kK / kLine;
+    for (int l = threadIdx.x; l < kLines; l += kThreads)
+      prefetch_l2(tile + int64_t(v0) * kK + l * kLine);
+  } else {  // K rows of kBlockV elements (<= 128 bytes each)
+    for (int l = threadIdx.x; l < kK; l += kThreads) prefetch_l2(tile + int64_t(l) * a.V + v0);
+  }
+}
+
 template <int kK, bool kVFirst, class StateT>
 __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) decode_kernel(const __grid_constant__ DecodeArgs a) {
   __shared__ __align__(16) SharedStorage<kK> sm;
@@ -243,6 +263,8 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) decode_kernel(const _
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int tokens = a.tokens;
   if constexpr (kUsePdl) {  // everything read below may come from the previous kernel
+    if (blockIdx.x < a.early_prefetch_ctas && !(a.per_token_states && a.num_accepted))
+      prefetch_tile<kK, kVFirst, StateT>(a, a.slots[n * a.slot_stride], hv, v0);
     wait_for_prerequisite_grid();
     allow_dependent_grid_launch();
   }
@@ -251,6 +273,12 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) decode_kernel(const _
   const int columns = a.per_token_states ? tokens : 1;
   const int slot_j = lane < columns ? a.slots[n * a.slot_stride + lane] : -1;
   const int read_col = (a.per_token_states && a.num_accepted) ? a.num_accepted[n] - 1 : 0;
+  // The slot of the CTA prefetch_ahead CTAs later (read column 0 only: not with num_accepted).
+  const int64_t ahead = int64_t(blockIdx.x) + a.prefetch_ahead;
+  const bool prefetch = a.prefetch_ahead > 0 && ahead < int64_t(gridDim.x) &&
+                        !(a.per_token_states && a.num_accepted);
+  const int64_t ahead_n = ahead / slices / a.HV;
+  const int ahead_slot = prefetch ? a.slots[ahead_n * a.slot_stride] : -1;
 
   TokenInputs<kK> first;  // token `warp`; tokens warp + 4, .. are loaded after the state loads
   if (warp < tokens) load_token_inputs<kK>(a, n * tokens + warp, h, hv, v0, lane, first);
@@ -282,6 +310,8 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) decode_kernel(const _
     for (int x = 0; x < Map::kChunks; ++x)
       S[x] = load_state_chunk(src + Map::offset(warp, lane, x, a.V, v0));
   }
+  prefetch_tile<kK, kVFirst, StateT>(a, ahead_slot, int((ahead / slices) % a.HV),
+                                     int(ahead % slices) * kBlockV);
   if (warp < tokens) prepare_token<kK>(a, first, bias, A, warp, lane, sm);
   for (int t = warp + kWarps; t < tokens; t += kWarps) {
     TokenInputs<kK> in;

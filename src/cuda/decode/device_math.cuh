@@ -82,6 +82,11 @@ __device__ __forceinline__ void store_state_chunk(uint16_t* p, float4 s) {
   __stcs(reinterpret_cast<uint2*>(p), u);
 }
 
+// L2 prefetch of the 128-byte line holding p (a hint: no register, no wait).
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
 // ---- programmatic dependent launch (no-ops when the launch has no programmatic dependency) ----
 // Everything this kernel reads may have been written by the previous kernel on the stream.
 __device__ __forceinline__ void wait_for_prerequisite_grid() {

@@ -3,6 +3,7 @@
 // params.stream. No allocation, no host synchronisation: safe inside CUDA-graph capture.
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cstdint>
 
 #include "common.h"
@@ -97,10 +98,29 @@ void dispatch_head_dim(int K, F&& f) {
   }
 }
 
+// Resident CTAs of `kernel` on `device` (SMs x CTAs per SM), the occupancy queried once per kernel.
+int64_t resident_ctas(void (*kernel)(decode_cuda::DecodeArgs), int device,
+                      std::atomic<int>& per_sm_cache) {
+  int per_sm = per_sm_cache.load(std::memory_order_relaxed);
+  if (per_sm == 0) {
+    FASTKDA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel,
+                                                                     decode_cuda::kThreads, 0));
+    per_sm_cache.store(per_sm, std::memory_order_relaxed);
+  }
+  int sms = 0;
+  FASTKDA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return int64_t(sms) * per_sm;
+}
+
 // Launches on `stream`; with kUsePdl, as a programmatic dependent of the previous kernel there
 // (the kernel waits for it with griddepcontrol.wait before its first global read).
-void launch(void (*kernel)(decode_cuda::DecodeArgs), unsigned grid, cudaStream_t stream,
-            const decode_cuda::DecodeArgs& args) {
+template <int kK, bool kVFirst, class StateT>
+void launch(unsigned grid, int device, cudaStream_t stream, decode_cuda::DecodeArgs args) {
+  auto* kernel = decode_cuda::decode_kernel<kK, kVFirst, StateT>;
+  static std::atomic<int> per_sm{0};  // one per instantiation: racing callers store the same value
+  const int64_t resident = resident_ctas(kernel, device, per_sm);
+  args.prefetch_ahead = decode_cuda::kPrefetchWaves * resident;
+  args.early_prefetch_ctas = resident;  // the first wave
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(grid);
   config.blockDim = dim3(decode_cuda::kThreads);
@@ -128,7 +148,7 @@ void decode(const DecodeParams& p) {
     dispatch_bool(p.state_layout == StateLayout::kVFirst, [&](auto kVFirst) {
       dispatch_bool(p.state_dtype == DType::kF32, [&](auto kF32) {
         using StateT = std::conditional_t<kF32(), float, uint16_t>;
-        launch(decode_cuda::decode_kernel<kK(), kVFirst(), StateT>, grid, stream, args);
+        launch<kK(), kVFirst(), StateT>(grid, p.device_index, stream, args);
       });
     });
   });
