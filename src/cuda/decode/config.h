@@ -72,7 +72,7 @@ struct DecodeArgs {
   int64_t slot_stride;
   const int32_t* num_accepted;  // [N] optional (only read with per_token_states)
   int64_t N;
-  int64_t prefetch_ahead;       // CTA b prefetches the state tile of CTA b + prefetch_ahead (0: none)
+  int64_t prefetch_ahead;  // CTA b prefetches the state tile of CTA b + prefetch_ahead (0: none)
   int64_t early_prefetch_ctas;  // CTAs b < this prefetch their own tile before the PDL wait
   int H, HV, V, tokens;
   GateKind gate;

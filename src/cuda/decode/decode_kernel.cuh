@@ -17,17 +17,18 @@
 //
 // Launched with programmatic dependent launch (PDL): phase 0 waits for the previous kernel on the
 // stream (griddepcontrol.wait) and lets the next one stage its CTAs. Before the wait, the first
-// resident wave of CTAs prefetches its own state tile into L2 from a possibly stale read of its slot
-// (a hint only: every value used is read after the wait; L2 is the device's point of coherence).
-// Phases:
+// resident wave of CTAs prefetches its own state tile into L2 from a possibly stale read of its
+// slot (a hint only: every value used is read after the wait; L2 is the device's point of
+// coherence). Phases:
 //   1. slot columns and num_accepted (lane j holds slots[n, j]); inputs of token t = warp into
 //      registers — all loads issued before anything waits.
 //   2. read slot resolved; padding row (negative / out-of-range slot or num_accepted):
 //      out rows = 0, nothing read or written, return.
 //   3. state tile loads issued, then an L2 prefetch of the tile of the CTA one resident wave later
-//      (its slot loaded in phase 1; config.h kPrefetchWaves); meanwhile the prologue turns the token inputs into q̃, k̂, d, β,
-//      q̃·k̂ and the v slice in shared memory (fused l2 norm, gate, beta activation); warp w
-//      prepares tokens w, w + 4 (the second one's inputs loaded only now: fewer live registers).
+//      (its slot loaded in phase 1; config.h kPrefetchWaves); meanwhile the prologue turns the
+//      token inputs into q̃, k̂, d, β, q̃·k̂ and the v slice in shared memory (fused l2 norm, gate,
+//      beta activation); warp w prepares tokens w, w + 4 (the second one's inputs loaded only now:
+//      fewer live registers).
 //   4. token loop (V-first: shuffles within 8-lane row groups; K-first: 2 shuffles + a
 //      double-buffered cross-warp pass in shared memory); per-token states stored if asked.
 //   5. final state stored to the read slot (unless per-token states), out rows written (bf16).
@@ -250,7 +251,8 @@ __device__ __forceinline__ void prefetch_tile(const DecodeArgs& a, int slot, int
 }
 
 template <int kK, bool kVFirst, class StateT>
-__global__ void __launch_bounds__(kThreads, kMinCtasPerSm) decode_kernel(const __grid_constant__ DecodeArgs a) {
+__global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
+    decode_kernel(const __grid_constant__ DecodeArgs a) {
   __shared__ __align__(16) SharedStorage<kK> sm;
   using Map = TileMap<kK, kVFirst>;
 
@@ -275,8 +277,8 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) decode_kernel(const _
   const int read_col = (a.per_token_states && a.num_accepted) ? a.num_accepted[n] - 1 : 0;
   // The slot of the CTA prefetch_ahead CTAs later (read column 0 only: not with num_accepted).
   const int64_t ahead = int64_t(blockIdx.x) + a.prefetch_ahead;
-  const bool prefetch = a.prefetch_ahead > 0 && ahead < int64_t(gridDim.x) &&
-                        !(a.per_token_states && a.num_accepted);
+  const bool prefetch =
+      a.prefetch_ahead > 0 && ahead < int64_t(gridDim.x) && !(a.per_token_states && a.num_accepted);
   const int64_t ahead_n = ahead / slices / a.HV;
   const int ahead_slot = prefetch ? a.slots[ahead_n * a.slot_stride] : -1;
 

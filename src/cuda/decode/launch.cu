@@ -24,22 +24,23 @@ void check_cuda_preconditions(const DecodeParams& p, const Strides& s) {
   const size_t kcols = size_t(p.K) / 32;  // contiguous columns one lane loads
   const size_t bf16_align = kcols >= 4 ? 8 : 2 * kcols;
   const size_t f32_align = kcols >= 4 ? 16 : 4 * kcols;
-  FASTKDA_CHECK(aligned(p.q, bf16_align) && s.q % int64_t(bf16_align / 2) == 0,
-                "q: expected ", bf16_align, "-byte aligned rows (pointer and q_stride) on CUDA");
-  FASTKDA_CHECK(aligned(p.k, bf16_align) && s.k % int64_t(bf16_align / 2) == 0,
-                "k: expected ", bf16_align, "-byte aligned rows (pointer and k_stride) on CUDA");
+  FASTKDA_CHECK(aligned(p.q, bf16_align) && s.q % int64_t(bf16_align / 2) == 0, "q: expected ",
+                bf16_align, "-byte aligned rows (pointer and q_stride) on CUDA");
+  FASTKDA_CHECK(aligned(p.k, bf16_align) && s.k % int64_t(bf16_align / 2) == 0, "k: expected ",
+                bf16_align, "-byte aligned rows (pointer and k_stride) on CUDA");
   const size_t g_align = p.g_dtype == DType::kF32 ? f32_align : bf16_align;
   const size_t g_elem = dtype_size(p.g_dtype);
-  FASTKDA_CHECK(aligned(p.g, g_align) && s.g % int64_t(g_align / g_elem) == 0,
-                "g: expected ", g_align, "-byte aligned rows (pointer and g_stride) on CUDA");
-  FASTKDA_CHECK(p.dt_bias == nullptr || aligned(p.dt_bias, f32_align),
-                "dt_bias: expected a ", f32_align, "-byte aligned pointer on CUDA, got ", p.dt_bias);
+  FASTKDA_CHECK(aligned(p.g, g_align) && s.g % int64_t(g_align / g_elem) == 0, "g: expected ",
+                g_align, "-byte aligned rows (pointer and g_stride) on CUDA");
+  FASTKDA_CHECK(p.dt_bias == nullptr || aligned(p.dt_bias, f32_align), "dt_bias: expected a ",
+                f32_align, "-byte aligned pointer on CUDA, got ", p.dt_bias);
   FASTKDA_CHECK(aligned(p.state_pool, p.state_dtype == DType::kF32 ? 16 : 8),
                 "state_pool: expected a 16-byte (f32) or 8-byte (bf16) aligned pointer, got ",
                 p.state_pool);
   const int64_t ctas = p.N * p.HV * (p.V / decode_cuda::kBlockV);
-  FASTKDA_CHECK(ctas <= int64_t(INT32_MAX), "N * HV: expected at most 2^31 - 1 CTAs per launch, got ",
-                p.N, " x ", p.HV, " x ", p.V / decode_cuda::kBlockV);
+  FASTKDA_CHECK(ctas <= int64_t(INT32_MAX),
+                "N * HV: expected at most 2^31 - 1 CTAs per launch, got ", p.N, " x ", p.HV, " x ",
+                p.V / decode_cuda::kBlockV);
 }
 
 decode_cuda::DecodeArgs make_args(const DecodeParams& p, const Strides& s) {
@@ -103,8 +104,8 @@ int64_t resident_ctas(void (*kernel)(decode_cuda::DecodeArgs), int device,
                       std::atomic<int>& per_sm_cache) {
   int per_sm = per_sm_cache.load(std::memory_order_relaxed);
   if (per_sm == 0) {
-    FASTKDA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel,
-                                                                     decode_cuda::kThreads, 0));
+    FASTKDA_CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, decode_cuda::kThreads, 0));
     per_sm_cache.store(per_sm, std::memory_order_relaxed);
   }
   int sms = 0;
