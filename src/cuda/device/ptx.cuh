@@ -21,6 +21,31 @@ __device__ __forceinline__ void mma_m16n8k8_tf32(float (&d)[4], const uint32_t (
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// D += A B, m16n8k16, bf16 operands (pairs packed with the lower k index in the low half), f32
+// accumulate.
+__device__ __forceinline__ void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4],
+                                                  uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// bf16x2 of (first, second), round to nearest even; first in the low half.
+__device__ __forceinline__ uint32_t pack_bf16x2(float first, float second) {
+  uint32_t r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(second), "f"(first));
+  return r;
+}
+
+// Split-bf16 pair: x = hi + lo + O(2^-17 |x|), hi = bf16(x), lo = bf16(x - hi). A product from
+// hi.hi + hi.lo + lo.hi has ~16 significant bits (tf32: 11).
+__device__ __forceinline__ void split_bf16x2(float x0, float x1, uint32_t& hi, uint32_t& lo) {
+  hi = pack_bf16x2(x0, x1);
+  lo = pack_bf16x2(x0 - __uint_as_float(hi << 16), x1 - __uint_as_float(hi & 0xffff0000u));
+}
+
 // Round to nearest (ties away) to tf32; the result is an f32 bit pattern with 13 zero low bits.
 __device__ __forceinline__ uint32_t cvt_rna_tf32(float x) {
   uint32_t r;

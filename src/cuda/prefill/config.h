@@ -53,8 +53,11 @@ constexpr int kLdPrep = kK + 4;  // G, kt, qt, kd, ko: [kC][kLdPrep]
 constexpr int kLdScan = kK + 8;  // w, qs: [kC][kLdScan]
 constexpr int kLdTok = kC + 8;   // ke [kK][kLdTok], aqk [kC][kLdTok]
 constexpr int kLdN = kC + 4;     // nmat [kC][kLdN]
-constexpr int kLdOut = 16 + 8;   // output staging, bf16 [kC][kLdOut] per scan warp (16-B rows)
-static_assert(kLdPrep % 32 == 4 && kLdScan % 32 == 8 && kLdTok % 32 == 24 && kLdN % 4 == 0,
+constexpr int kLdKe2 =
+    kC / 2 + 4;                 // ke_hi, ke_lo: bf16 token pairs, u32 [kK][kLdKe2]: banks 12g + t
+constexpr int kLdOut = 16 + 8;  // output staging, bf16 [kC][kLdOut] per scan warp (16-B rows)
+static_assert(kLdPrep % 32 == 4 && kLdScan % 32 == 8 && kLdTok % 32 == 24 && kLdN % 4 == 0 &&
+                  kLdKe2 == 12,
               "fragment-load bank layout");
 
 // Barrier ids of the scan kernel (0 is __syncthreads, 1 left unused); at most 3 groups.
@@ -113,15 +116,16 @@ struct RawStage {
   float g[kC][kK];      // f32 gate; a bf16 gate uses the first half as uint16_t [kC][kK]
 };
 
-// What the scan warps consume for one chunk (all tf32-rounded except u and decay).
+// What the scan warps consume for one chunk (tf32-rounded except u, decay and the split-bf16 ke).
 template <int kVs>
 struct ScanStage {
-  float w[kC][kLdScan];   // -W = -Tb (k^ . 2^G)
-  float qs[kC][kLdScan];  // scale q^ . 2^G
-  float ke[kK][kLdTok];   // (k^ . 2^(G_C - G))^T
-  float aqk[kC][kLdTok];  // A_qk
-  float u[kC][kVs + 4];   // U = Tb v  (f32, MMA accumulator init)
-  float decay[kK];        // 2^G_C
+  float w[kC][kLdScan];        // -W = -Tb (k^ . 2^G)
+  float qs[kC][kLdScan];       // scale q^ . 2^G
+  uint32_t ke_hi[kK][kLdKe2];  // (k^ . 2^(G_C - G))^T as split bf16: hi, pairs of tokens
+  uint32_t ke_lo[kK][kLdKe2];  //   and lo (ke = hi + lo to ~16 bits)
+  float aqk[kC][kLdTok];       // A_qk
+  float u[kC][kVs + 4];        // U = Tb v  (f32, MMA accumulator init)
+  float decay[kK];             // 2^G_C
 };
 
 struct RowNorms {

@@ -39,7 +39,7 @@ __device__ __forceinline__ void scan_operands(const PrefillArgs& a, const RowNor
   using device::ex2_approx;
   using device::round_tf32;
   const float g15 = Gr[kC - 1];
-  float kw[kC], ke[kC];
+  float kw[kC], ke[kC];  // ke: f32, split into bf16 hi + lo below
 #pragma unroll
   for (int row = 0; row < kC; ++row) {
     const float kn = bf16_bits_to_f32(r.k[row][i]) * nrm.rk[row];
@@ -47,12 +47,19 @@ __device__ __forceinline__ void scan_operands(const PrefillArgs& a, const RowNor
     const float e0 = ex2_approx(Gr[row]);  // 2^G <= 1
     kw[row] = kn * e0;
     sb.qs[row][i] = round_tf32(qn * e0);
-    ke[row] = round_tf32(kn * ex2_approx(g15 - Gr[row]));
+    ke[row] = kn * ex2_approx(g15 - Gr[row]);
   }
+  uint32_t ke_hi[kC / 2], ke_lo[kC / 2];
 #pragma unroll
-  for (int row = 0; row < kC; row += 4)
-    *reinterpret_cast<float4*>(&sb.ke[i][row]) =
-        make_float4(ke[row], ke[row + 1], ke[row + 2], ke[row + 3]);
+  for (int p = 0; p < kC / 2; ++p)
+    device::split_bf16x2(ke[2 * p], ke[2 * p + 1], ke_hi[p], ke_lo[p]);
+#pragma unroll
+  for (int p = 0; p < kC / 2; p += 4) {
+    *reinterpret_cast<uint4*>(&sb.ke_hi[i][p]) =
+        make_uint4(ke_hi[p], ke_hi[p + 1], ke_hi[p + 2], ke_hi[p + 3]);
+    *reinterpret_cast<uint4*>(&sb.ke_lo[i][p]) =
+        make_uint4(ke_lo[p], ke_lo[p + 1], ke_lo[p + 2], ke_lo[p + 3]);
+  }
   sb.decay[i] = ex2_approx(g15);
 #pragma unroll
   for (int e = i; e < kC * kC; e += kPrepThreads) sb.aqk[e / kC][e % kC] = r.aqk[e / kC][e % kC];

@@ -6,7 +6,7 @@
 // Per chunk (operands from ScanStage, tf32):
 //   V_new^T = U^T + S^T (-W)^T                 16 x kC,  k-dim K
 //   O^T     = S^T qs^T + V_new^T A_qk^T        16 x kC,  k-dims K and kC  (-> bf16 out)
-//   S^T     = S^T diag(2^G_C) + V_new^T ke     16 x K,   k-dim kC
+//   S^T     = S^T diag(2^G_C) + V_new^T ke     16 x K,   k-dim kC  (split bf16, see below)
 // An accumulator is reused as the A operand of the next MMA by permuting the k index: the lane that
 // holds columns (2t, 2t+1) of a tile feeds k slots (t, t+4), and B is loaded with the same
 // permutation (rows 2t, 2t+1 of the k range: one float2 per fragment).
@@ -129,7 +129,17 @@ __device__ __forceinline__ void scan_chunk(const PrefillArgs& a, const ScanStage
           *reinterpret_cast<const uint4*>(&ostage[tok][8 * half]);
   }
 
-  // S^T = S^T diag(decay) + V_new^T ke.
+  // S^T = S^T diag(decay) + V_new^T ke with split-bf16 operands (hi.hi + hi.lo + lo.hi, ~16
+  // significant bits per product instead of tf32's 11): the state path's operand rounding is what
+  // the final state's error is made of when it is built from few tokens (gates of -1000).
+  // One m16n8k16 per key tile: the V_new^T accumulators of the two token tiles are the A fragment
+  // as they are (row g / g + 8, tokens 2t, 2t + 1 and 8 + 2t, 8 + 2t + 1).
+  static_assert(kC == 16, "one k16 step over the chunk's tokens");
+  uint32_t vh[4], vl[4];
+  device::split_bf16x2(vn[0][0][0], vn[0][0][1], vh[0], vl[0]);
+  device::split_bf16x2(vn[0][0][2], vn[0][0][3], vh[1], vl[1]);
+  device::split_bf16x2(vn[0][1][0], vn[0][1][1], vh[2], vl[2]);
+  device::split_bf16x2(vn[0][1][2], vn[0][1][3], vh[3], vl[3]);
 #pragma unroll
   for (int j = 0; j < kK / 8; ++j) {
     const float2 d = *reinterpret_cast<const float2*>(&sb.decay[8 * j + 2 * t]);
@@ -137,9 +147,11 @@ __device__ __forceinline__ void scan_chunk(const PrefillArgs& a, const ScanStage
     S[j][1] *= d.y;
     S[j][2] *= d.x;
     S[j][3] *= d.y;
-#pragma unroll
-    for (int mk = 0; mk < kTiles; ++mk)
-      mma_f2(S[j], av[mk], *reinterpret_cast<const float2*>(&sb.ke[8 * j + g][8 * mk + 2 * t]));
+    const uint32_t* kh = sb.ke_hi[8 * j + g];
+    const uint32_t* kl = sb.ke_lo[8 * j + g];
+    device::mma_m16n8k16_bf16(S[j], vl, kh[t], kh[t + 4]);
+    device::mma_m16n8k16_bf16(S[j], vh, kl[t], kl[t + 4]);
+    device::mma_m16n8k16_bf16(S[j], vh, kh[t], kh[t + 4]);
   }
 }
 
