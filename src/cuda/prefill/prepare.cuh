@@ -5,7 +5,7 @@
 //   raw q, k, v, g, Tb, A_qk (smem, cp.async)  ->  G, row norms          (common.cuh gate_scan)
 //                                              ->  scan_operands: qs = scale q^ . 2^G,
 //                                                  ke = (k^ . 2^(G_C - G))^T, decay = 2^G_C, A_qk,
-//                                                  -W = -Tb (k^ . 2^G), U = Tb v  (f32 FMAs)
+//                                                  -W = -Tb (k^ . 2^G), U = Tb v  (split-bf16 MMA)
 #pragma once
 
 #include "cuda/prefill/common.cuh"
@@ -30,8 +30,62 @@ __device__ __forceinline__ void load_stage(const PrefillArgs& a, RawStage<kVs>& 
   device::cp_async_cg_16(&r.tb[0][0] + 4 * tid, chunk_ws(a, slot, hv) + 4 * tid, 16);
 }
 
-// Thread i (key column i): qs, ke, decay and column i of -W; A_qk entries i, i + 128; U for
-// column i % kVs, rows (i / kVs) + kRep m (the kRep = 128 / kVs threads of a column share it).
+// -W = -Tb kw and U = Tb v for one warp of the group: its 32 key columns of W (kw in sb.w on entry,
+// replaced in place) and its kVs / 4 value columns of U. Split-bf16 mma.sync (m16n8k16: the chunk's
+// 16 tokens are one k step): Tb = hi + lo and kw = hi + lo to ~16 significant bits, v is exact in
+// bf16. Tb is lower triangular with exact zeros above the diagonal, so row r of W and U takes
+// nothing from later rows (0 x finite adds +0): causal bit for bit.
+template <int kVs>
+__device__ __forceinline__ void tb_products(const RawStage<kVs>& r, ScanStage<kVs>& sb, int warp) {
+  using device::mma_m16n8k16_bf16;
+  using device::split_bf16x2;
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  uint32_t ah[4], al[4];  // A = Tb: rows g, g + 8; tokens 2t, 2t + 1 and 2t + 8, 2t + 9
+#pragma unroll
+  for (int f = 0; f < 4; ++f) {
+    const float2 x = *reinterpret_cast<const float2*>(&r.tb[g + 8 * (f & 1)][2 * t + 8 * (f >> 1)]);
+    split_bf16x2(x.x, x.y, ah[f], al[f]);
+  }
+  constexpr int kTilesW = 32 / 8;  // n-tiles of 8 key columns per warp
+  float w[kTilesW][4];
+#pragma unroll
+  for (int nt = 0; nt < kTilesW; ++nt) {
+    const int col = 32 * warp + 8 * nt + g;
+    uint32_t bh[2], bl[2];  // B = kw: tokens 2t, 2t + 1 (b0) and 2t + 8, 2t + 9 (b1), column g
+    split_bf16x2(sb.w[2 * t][col], sb.w[2 * t + 1][col], bh[0], bl[0]);
+    split_bf16x2(sb.w[2 * t + 8][col], sb.w[2 * t + 9][col], bh[1], bl[1]);
+#pragma unroll
+    for (int f = 0; f < 4; ++f) w[nt][f] = 0.0f;
+    mma_m16n8k16_bf16(w[nt], al, bh[0], bh[1]);
+    mma_m16n8k16_bf16(w[nt], ah, bl[0], bl[1]);
+    mma_m16n8k16_bf16(w[nt], ah, bh[0], bh[1]);
+  }
+  __syncwarp();  // every lane has read its kw fragments before -W overwrites them
+#pragma unroll
+  for (int nt = 0; nt < kTilesW; ++nt) {
+    const int col = 32 * warp + 8 * nt + 2 * t;
+    *reinterpret_cast<float2*>(&sb.w[g][col]) =
+        make_float2(device::round_tf32(-w[nt][0]), device::round_tf32(-w[nt][1]));
+    *reinterpret_cast<float2*>(&sb.w[g + 8][col]) =
+        make_float2(device::round_tf32(-w[nt][2]), device::round_tf32(-w[nt][3]));
+  }
+  constexpr int kTilesU = kVs / 32;  // n-tiles of 8 value columns per warp (4 warps)
+#pragma unroll
+  for (int nt = 0; nt < kTilesU; ++nt) {
+    const int col = warp * (kVs / 4) + 8 * nt;
+    const uint32_t b0 = uint32_t(r.v[2 * t][col + g]) | (uint32_t(r.v[2 * t + 1][col + g]) << 16);
+    const uint32_t b1 =
+        uint32_t(r.v[2 * t + 8][col + g]) | (uint32_t(r.v[2 * t + 9][col + g]) << 16);
+    float u[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    mma_m16n8k16_bf16(u, al, b0, b1);
+    mma_m16n8k16_bf16(u, ah, b0, b1);
+    *reinterpret_cast<float2*>(&sb.u[g][col + 2 * t]) = make_float2(u[0], u[1]);
+    *reinterpret_cast<float2*>(&sb.u[g + 8][col + 2 * t]) = make_float2(u[2], u[3]);
+  }
+}
+
+// Thread i (key column i): qs, ke, decay, kw = k^ . 2^G (into sb.w) and A_qk entries i, i + 128;
+// then its warp forms -W and U with tensor cores (tb_products).
 template <int kVs>
 __device__ __forceinline__ void scan_operands(const PrefillArgs& a, const RowNorms& nrm,
                                               const RawStage<kVs>& r, ScanStage<kVs>& sb, int i,
@@ -39,13 +93,13 @@ __device__ __forceinline__ void scan_operands(const PrefillArgs& a, const RowNor
   using device::ex2_approx;
   using device::round_tf32;
   const float g15 = Gr[kC - 1];
-  float kw[kC], ke[kC];  // ke: f32, split into bf16 hi + lo below
+  float ke[kC];  // f32, split into bf16 hi + lo below
 #pragma unroll
   for (int row = 0; row < kC; ++row) {
     const float kn = bf16_bits_to_f32(r.k[row][i]) * nrm.rk[row];
     const float qn = bf16_bits_to_f32(r.q[row][i]) * nrm.rq[row] * a.scale;
     const float e0 = ex2_approx(Gr[row]);  // 2^G <= 1
-    kw[row] = kn * e0;
+    sb.w[row][i] = kn * e0;                // kw, f32; tb_products turns it into -W
     sb.qs[row][i] = round_tf32(qn * e0);
     ke[row] = kn * ex2_approx(g15 - Gr[row]);
   }
@@ -63,48 +117,8 @@ __device__ __forceinline__ void scan_operands(const PrefillArgs& a, const RowNor
   sb.decay[i] = ex2_approx(g15);
 #pragma unroll
   for (int e = i; e < kC * kC; e += kPrepThreads) sb.aqk[e / kC][e % kC] = r.aqk[e / kC][e % kC];
-
-  // -W = -Tb kw and (kRep = 1) U = Tb v, row by row over the lower triangle of Tb (float4 rows).
-  constexpr int kRep = kPrepThreads / kVs;
-  const int col = i % kVs, sub = i / kVs;
-  float vcol[kC];
-#pragma unroll
-  for (int row = 0; row < kC; ++row) vcol[row] = bf16_bits_to_f32(r.v[row][col]);
-#pragma unroll
-  for (int row = 0; row < kC; ++row) {
-    float w0 = 0.0f, w1 = 0.0f, u0 = 0.0f, u1 = 0.0f;
-#pragma unroll
-    for (int s4 = 0; s4 <= row / 4; ++s4) {
-      const float4 tb = *reinterpret_cast<const float4*>(&r.tb[row][4 * s4]);
-      const float tv[4] = {tb.x, tb.y, tb.z, tb.w};
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int s = 4 * s4 + e;
-        if (s > row) continue;  // exact triangle: row r never reads a later row
-        (e & 1 ? w1 : w0) += tv[e] * kw[s];
-        if (kRep == 1) (e & 1 ? u1 : u0) += tv[e] * vcol[s];
-      }
-    }
-    sb.w[row][i] = round_tf32(-(w0 + w1));
-    if (kRep == 1) sb.u[row][col] = u0 + u1;
-  }
-  if constexpr (kRep > 1) {
-    // U for column i % kVs, rows sub + kRep m: the kRep threads of a column share the rows. Entries
-    // of Tb above the diagonal are exact zeros, so summing up to the largest row this thread owns
-    // keeps row r independent of later rows bit for bit.
-#pragma unroll
-    for (int m = 0; m < kC / kRep; ++m) {
-      const int row = kRep * m + sub;
-      float u0 = 0.0f, u1 = 0.0f;
-#pragma unroll
-      for (int s = 0; s < kRep * (m + 1); s += 2) {
-        const float2 tb = *reinterpret_cast<const float2*>(&r.tb[row][s]);
-        u0 += tb.x * vcol[s];
-        u1 += tb.y * vcol[s + 1];
-      }
-      sb.u[row][col] = u0 + u1;
-    }
-  }
+  __syncwarp();  // kw columns of this warp written
+  tb_products<kVs>(r, sb, i >> 5);
 }
 
 }  // namespace fastkda::prefill_cuda
