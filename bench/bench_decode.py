@@ -34,7 +34,9 @@ import torch
 K = V = 128
 L2_TARGET_BYTES = 256 << 20  # state bytes touched per graph replay: ~4x the H200's 60 MB L2
 MIN_CALLS = int(os.environ.get("BENCH_MIN_CALLS", "16"))  # calls per graph when the pool allows
-POOL_CAP_BYTES = 2 << 30  # pool size up to which MIN_CALLS applies (the cross-check clones it twice)
+POOL_CAP_BYTES = (
+    2 << 30
+)  # pool size up to which MIN_CALLS applies (the cross-check clones it twice)
 
 
 def load_fastkda(path):

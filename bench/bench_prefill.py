@@ -62,8 +62,9 @@ def make_inputs(torch, H, T, seqlens, device="cuda"):
     h0 = 0.1 * rn(N, H, K, V)
     cu = None
     if seqlens:
-        cu = torch.tensor([0] + list(__import__("itertools").accumulate(seqlens)), device=device,
-                          dtype=torch.long)
+        cu = torch.tensor(
+            [0, *list(__import__("itertools").accumulate(seqlens))], device=device, dtype=torch.long
+        )
     return dict(q=q, k=k, v=v, g=gate, beta=beta, A_log=A_log, dt_bias=dt_bias, h0=h0, cu=cu, N=N)
 
 
@@ -73,11 +74,24 @@ def time_fla(torch, x, reps=30):
     cu_cpu = x["cu"].cpu() if x["cu"] is not None else None
 
     def call():
-        return chunk_kda(x["q"], x["k"], x["v"], x["g"], x["beta"], initial_state=x["h0"],
-                         output_final_state=True, use_qk_l2norm_in_kernel=True,
-                         use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True, safe_gate=True,
-                         lower_bound=-5.0, cu_seqlens=x["cu"], cu_seqlens_cpu=cu_cpu,
-                         A_log=x["A_log"], dt_bias=x["dt_bias"])
+        return chunk_kda(
+            x["q"],
+            x["k"],
+            x["v"],
+            x["g"],
+            x["beta"],
+            initial_state=x["h0"],
+            output_final_state=True,
+            use_qk_l2norm_in_kernel=True,
+            use_gate_in_kernel=True,
+            use_beta_sigmoid_in_kernel=True,
+            safe_gate=True,
+            lower_bound=-5.0,
+            cu_seqlens=x["cu"],
+            cu_seqlens_cpu=cu_cpu,
+            A_log=x["A_log"],
+            dt_bias=x["dt_bias"],
+        )
 
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     for _ in range(3):
@@ -122,11 +136,24 @@ def time_fastkda_py(torch, x, reps=30):
     h0 = x["h0"].transpose(-1, -2).contiguous()  # V-first
 
     def call():
-        return fastkda.chunk_kda(x["q"], x["k"], x["v"], x["g"], x["beta"], initial_state=h0,
-                                 output_final_state=True, use_qk_l2norm_in_kernel=True,
-                                 use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True,
-                                 safe_gate=True, lower_bound=-5.0, cu_seqlens=cu,
-                                 A_log=x["A_log"], dt_bias=x["dt_bias"], state_v_first=True)
+        return fastkda.chunk_kda(
+            x["q"],
+            x["k"],
+            x["v"],
+            x["g"],
+            x["beta"],
+            initial_state=h0,
+            output_final_state=True,
+            use_qk_l2norm_in_kernel=True,
+            use_gate_in_kernel=True,
+            use_beta_sigmoid_in_kernel=True,
+            safe_gate=True,
+            lower_bound=-5.0,
+            cu_seqlens=cu,
+            A_log=x["A_log"],
+            dt_bias=x["dt_bias"],
+            state_v_first=True,
+        )
 
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     for _ in range(3):
@@ -166,8 +193,10 @@ def main():
 
     fk = read_fastkda(a.fastkda)
     rows = []
-    hdr = ("| shape | floor ms | fastkda ms | GB/s | % of floor | fastkda_py ms | fla_gpu ms | "
-           "fla_ev ms | speed-up (fla_gpu / fastkda) |")
+    hdr = (
+        "| shape | floor ms | fastkda ms | GB/s | % of floor | fastkda_py ms | fla_gpu ms | "
+        "fla_ev ms | speed-up (fla_gpu / fastkda) |"
+    )
     with torch.inference_mode():
         for name, H, T, seqlens in SHAPES:
             if a.filter and not any(f in name for f in a.filter.split(",")):
@@ -192,14 +221,18 @@ def main():
             pct = "-" if ms is None else f"{100 * fl / ms:.0f}%"
             ref = fla_gpu if fla_gpu is not None else fla_ev
             sp = "-" if (ms is None or ref is None) else f"{ref / ms:.2f}x"
-            rows.append(f"| {name} | {fl:.3f} | {f(ms)} | {gbs} | {pct} | {f(py)} | {f(fla_gpu)} | "
-                        f"{f(fla_ev)} | {sp} |")
+            rows.append(
+                f"| {name} | {fl:.3f} | {f(ms)} | {gbs} | {pct} | {f(py)} | {f(fla_gpu)} | "
+                f"{f(fla_ev)} | {sp} |"
+            )
             print(rows[-1], flush=True)
         for k, v in fk.items():
             if "@vsplit" in k:
-                rows.append(f"| {k} | {v[1]:.3f} | {v[0]:.3f} | {v[2]:.0f} | "
-                            f"{100 * v[1] / v[0]:.0f}% | | | | |")
-    table = "\n".join([hdr, "|" + "---|" * 9] + rows)
+                rows.append(
+                    f"| {k} | {v[1]:.3f} | {v[0]:.3f} | {v[2]:.0f} | "
+                    f"{100 * v[1] / v[0]:.0f}% | | | | |"
+                )
+    table = "\n".join([hdr, "|" + "---|" * 9, *rows])
     print("\n" + table)
     if a.out:
         with open(a.out, "w") as fh:

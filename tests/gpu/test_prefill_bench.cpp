@@ -5,12 +5,15 @@
 // Inputs: q, k, v ~ N(0, 1) bf16; g ~ N(0, 1) bf16 raw gate, bounded (lower bound -5) with A_log
 // and dt_bias; beta logits bf16; f32 initial and final states (V-first). CUDA events around each
 // call, L2 flushed (256 MiB memset) before each, 5 warm-ups, median of 30.
-// Prints "BENCH <name> <ms> <floor_ms> <GB/s>" lines; FASTKDA_BENCH_FILTER=<substring> limits the
-// shapes, FASTKDA_BENCH_VSPLITS=1,2,4 adds runs with forced value splits for the few-head shapes.
+// Prints "BENCH <name> <ms> <floor_ms> <GB/s>" lines and "HOST <name> <us> us/call" (host time of
+// one fastkda::forward: validation and both launches, 20 calls queued without waiting);
+// FASTKDA_BENCH_FILTER=<substring> limits the shapes, FASTKDA_BENCH_VSPLITS=1,2,4 adds runs with
+// forced value splits for the few-head shapes.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -167,6 +170,16 @@ TEST(PrefillBench, DISABLED_Table) {
       cudaEventDestroy(e1);
     }
     unsetenv("FASTKDA_PREFILL_VSPLIT");
+    {  // Host time per fastkda::forward (validation + two launches), queued without waiting.
+      BENCH_CUDA(cudaDeviceSynchronize());
+      constexpr int kCalls = 20;
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int it = 0; it < kCalls; ++it) fastkda::forward(f);
+      const auto t1 = std::chrono::steady_clock::now();
+      BENCH_CUDA(cudaDeviceSynchronize());
+      std::printf("HOST %s %.1f us/call\n", sh.name.c_str(),
+                  std::chrono::duration<double, std::micro>(t1 - t0).count() / kCalls);
+    }
     BENCH_CUDA(cudaGetLastError());
     for (void* p : {q, k, v, g, beta, out, A_log, dt_bias, cu_d, s0, s1, ws}) cudaFree(p);
   }

@@ -213,3 +213,46 @@ def test_host_overhead_decode():
             f"decode_step N={N} H=32: host {1e6 * (t1 - t0) / n:.1f} us/call, "
             f"wall {1e6 * (t2 - t0) / n:.1f} us/call"
         )
+
+
+def test_host_overhead_prefill():
+    """Host time per fastkda.forward (prefill) call with out, final_state and workspace given
+    (H = 32, T = 64 and varlen 8 x 64: GPU time per call below the host time, so the loop
+    measures the host side: argument checks, validation, two kernel launches)."""
+    for name, B, T, cu in (
+        ("T=64", 1, 64, None),
+        ("varlen 8x64", 1, 512, [64 * i for i in range(9)]),
+    ):
+        gen = torch.Generator().manual_seed(0)
+        q, k, v, g = (torch.randn(B, T, 32, K, generator=gen).bfloat16().cuda() for _ in range(4))
+        beta = torch.randn(B, T, 32, generator=gen).bfloat16().cuda()
+        A_log, dt_bias = torch.zeros(32).cuda(), torch.zeros(32, K).cuda()
+        N = B if cu is None else len(cu) - 1
+        h0 = torch.zeros(N, 32, K, K).cuda()
+        h1 = torch.empty_like(h0)
+        cu_d = None if cu is None else torch.tensor(cu, dtype=torch.int32).cuda()
+        out = torch.empty_like(v)
+        kw = dict(
+            A_log=A_log,
+            dt_bias=dt_bias,
+            gate="softplus",
+            cu_seqlens=cu_d,
+            initial_state=h0,
+            final_state=h1,
+        )
+        ws_bytes = fastkda.forward_workspace_size(q, k, v, g, beta, **kw)
+        kw.update(out=out, workspace=torch.empty(ws_bytes, dtype=torch.uint8, device="cuda"))
+        for _ in range(50):
+            fastkda.forward(q, k, v, g, beta, **kw)
+        torch.cuda.synchronize()
+        n = 300
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fastkda.forward(q, k, v, g, beta, **kw)
+        t1 = time.perf_counter()
+        torch.cuda.synchronize()
+        t2 = time.perf_counter()
+        print(
+            f"forward (prefill) {name} H=32: host {1e6 * (t1 - t0) / n:.1f} us/call, "
+            f"wall {1e6 * (t2 - t0) / n:.1f} us/call"
+        )

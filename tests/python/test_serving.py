@@ -231,7 +231,7 @@ def test_prefill_boundary_states_equal_truncated_prefills(bs_dtype):
     """Row sum_{m<n} ceil(L_m / 64) + j holds sequence n's state before its token 64 j."""
     p = params(4)
     lens = [0, 1, 64, 65, 150]
-    cu = np.cumsum([0] + lens).tolist()
+    cu = np.cumsum([0, *lens]).tolist()
     T = cu[-1]
     q, k, v, g, beta, *_ = make_inputs(1, T, H, HV, K, V, seed=9)
     pool = random_state(len(lens), HV, K, V, v_first=True)
