@@ -51,7 +51,8 @@ run() {
           --gtest_filter='PrefillBench.*' >"$OUT/prefill_bench.txt" 2>&1
         FLA_FLASH_KDA=0 PYTHONUNBUFFERED=1 timeout 400 python3 bench/bench_prefill.py \
           --fastkda "$OUT/prefill_bench.txt" --out "$OUT/prefill_table.md" >"$OUT/prefill_fla.log" 2>&1
-        summary+="prefill bench rc=$?"$'\n'"$(grep '^|' "$OUT/prefill_fla.log" | sort -u)"$'\n' ;;
+        summary+="prefill bench rc=$?"$'\n'"$(grep '^|' "$OUT/prefill_fla.log" | sort -u)"$'\n'
+        summary+="$(grep '^HOST' "$OUT/prefill_bench.txt")"$'\n' ;;
     esac
   done
   cat "$OUT/env.txt"

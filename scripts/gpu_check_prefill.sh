@@ -42,7 +42,7 @@ for s in $steps; do
     bench)
       FASTKDA_BENCH_FILTER=${BENCH_FILTER:-} FASTKDA_BENCH_VSPLITS=${VSPLITS:-1,2,4} timeout 150 "$BIN" \
         --gtest_also_run_disabled_tests --gtest_filter='PrefillBench.*' > "$OUT/fastkda_bench.txt" 2>&1
-      summary+="bench rc=$?"$'\n'"$(grep ^BENCH "$OUT/fastkda_bench.txt")"$'\n' ;;
+      summary+="bench rc=$?"$'\n'"$(grep -E '^(BENCH|HOST)' "$OUT/fastkda_bench.txt")"$'\n' ;;
     fla)
       if [ -d .whl ]; then
         python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
