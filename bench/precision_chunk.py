@@ -1,0 +1,241 @@
+"""Precision emulation of the chunked KDA forward for a chunk length C and per-product operand
+precisions, against the fp64 token recurrence (numpy only, no GPU).
+
+Purpose: choose the operand precisions of a scan with C = 64 (the next prefill kernel, docs/prefill.md
+"What is next") before writing it, the way the tf32 / split-bf16 choices of the C = 16 kernel were
+made. Every MMA product is modelled by rounding its operands and accumulating exactly (the tensor
+cores' f32 accumulation is far finer than the operand roundings); everything else is f32.
+
+Products (S is the K x V state, f32 between chunks; C tokens per chunk):
+    intra: A' (k^ k^ pairwise decays, strictly lower) and A_qk (q^ k^, lower incl.) as the GPU's
+           intra kernel forms them: factors 2^(G_r - G_a) 2^(G_a - G_s) with the anchor a the row
+           before an 8-row half (pairs inside it; span clamp 2^100, else exact f32 pairs), the
+           last row of the first half (16-row block), the row before r's 16-row block (C > 16)
+    Tb   = (I + strictly_lower(diag(beta) A'))^-1 diag(beta)    f32 forward substitution
+    W    = Tb (k^ . 2^G),  U = Tb v                              mode "wu"
+    V_new = U - W S                                              mode "ws"
+    O    = (scale q^ . 2^G) S + A_qk V_new                       modes "qs", "av"
+    S    = 2^(G_C) . S + (k^ . 2^(G_C - G))^T V_new              mode "su"
+Modes: "f32" (operands f32), "tf32" (round to nearest away, 10 mantissa bits), "bf16",
+"bf16x3" (split hi + lo bf16: hi.hi + hi.lo + lo.hi), "bf16x2" (A split, B bf16).
+
+    python bench/precision_chunk.py [--T 1024] [--seed 0]
+"""
+
+import argparse
+
+import numpy as np
+
+K = V = 128
+
+
+def tf32(x):
+    u = np.asarray(x, np.float32).view(np.uint32)
+    return ((u + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
+
+
+def bf16(x):
+    u = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    u = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000
+    return u.astype(np.uint32).view(np.float32)
+
+
+def mm(a, b, mode):
+    """a @ b with the operand rounding of `mode`, exact accumulation, f32 result."""
+    a = np.asarray(a, np.float32)
+    b = np.asarray(b, np.float32)
+    if mode == "f32":
+        r = a.astype(np.float64) @ b.astype(np.float64)
+    elif mode == "tf32":
+        r = tf32(a).astype(np.float64) @ tf32(b).astype(np.float64)
+    elif mode == "bf16":
+        r = bf16(a).astype(np.float64) @ bf16(b).astype(np.float64)
+    elif mode in ("bf16x3", "bf16x2"):
+        ah = bf16(a)
+        al = bf16(a - ah)
+        bh = bf16(b)
+        r = ah.astype(np.float64) @ bh.astype(np.float64) + al.astype(np.float64) @ bh
+        if mode == "bf16x3":
+            r += ah.astype(np.float64) @ bf16(b - bh).astype(np.float64)
+    else:
+        raise ValueError(mode)
+    return r.astype(np.float32)
+
+
+def reference(q, k, v, a, beta, S0, scale):
+    """fp64 token recurrence: S = e^a . S; u = beta (v - S^T k); S += k u^T; o = S^T (scale q)."""
+    T = q.shape[0]
+    S = S0.copy()
+    out = np.zeros((T, V))
+    for t in range(T):
+        S *= np.exp(a[t])[:, None]
+        u = beta[t] * (v[t] - S.T @ k[t])
+        S += np.outer(k[t], u)
+        out[t] = S.T @ (scale * q[t])
+    return out, S
+
+
+def chunked(q, k, v, a, beta, S0, scale, C, modes):
+    """The chunked form with f32 state and the operand roundings of `modes`."""
+    f = np.float32
+    q, k, v, a, beta = (np.asarray(x, f) for x in (q, k, v, a, beta))
+    T = q.shape[0]
+    S = np.asarray(S0, f)
+    out = np.zeros((T, V), f)
+    for c0 in range(0, T, C):
+        n = min(C, T - c0)
+        qc, kc, vc, bc = q[c0 : c0 + n], k[c0 : c0 + n], v[c0 : c0 + n], beta[c0 : c0 + n]
+        G = np.cumsum(a[c0 : c0 + n], axis=0).astype(f)  # natural-log cumulative decay, <= 0
+        Ap = np.zeros((n, n), f)
+        Aqk = np.zeros((n, n), f)
+        Gx = np.vstack([np.zeros((1, K), f), G])  # Gx[r + 1] = G[r]; Gx[0] = chunk start
+        for r in range(n):
+            # Column groups sharing an anchor (a Gx index): the same 8-row half -> the row before
+            # the half (column factor >= 1, span clamp as on the GPU); the other half of the same
+            # 16-row block -> its last row; earlier 16-row blocks (C > 16) -> the row before r's
+            # block. Row factor 2^(G_r - G_a) <= 1 in every group.
+            h0, b0 = (r // 8) * 8, (r // 16) * 16
+            groups = [(h0, range(h0, r + 1))]
+            if h0 > b0:
+                groups.append((h0, range(b0, h0)))
+            if b0 > 0:
+                groups.append((b0, range(0, b0)))
+            for ai, cols in groups:
+                cols = np.array(cols)
+                fr = np.exp(G[r] - Gx[ai])
+                with np.errstate(over="ignore"):
+                    fs = np.exp(Gx[ai] - G[cols])
+                bad = ~(fs <= 2.0**100).all(axis=1)  # span over the clamp (or inf)
+                fs[bad] = 0
+                kr = (kc[r] * fr).astype(f)[None]
+                qr = (qc[r] * fr).astype(f)[None]
+                ks = (kc[cols] * fs).astype(f)
+                ap = mm(kr, ks.T, modes["intra"])[0]
+                aq = mm(qr, ks.T, modes["intra"])[0]
+                for x, sc in enumerate(cols):
+                    if bad[x]:
+                        e = np.exp(G[r] - G[sc])  # the exact-rows fallback: f32 pairs
+                        ap[x] = np.dot((kc[r] * e).astype(f), kc[sc])
+                        aq[x] = np.dot((qc[r] * e).astype(f), kc[sc])
+                low = cols < r
+                Ap[r, cols[low]] = ap[low]
+                Aqk[r, cols] = aq
+        Aqk *= f(scale)
+        Nm = np.tril(bc[:, None] * Ap, -1)
+        inv = np.zeros((n, n), f)  # (I + N)^-1 by forward substitution in f32
+        for r in range(n):
+            inv[r, r] = 1
+            for s in range(r):
+                inv[r] -= Nm[r, s] * inv[s]
+        Tb = (inv * bc[None, :]).astype(f)
+        kw = kc * np.exp(G)
+        W = mm(Tb, kw, modes["wu"])
+        U = mm(Tb, vc, modes["wu"])
+        Vn = (U - mm(W, S, modes["ws"])).astype(f)
+        qs = f(scale) * qc * np.exp(G)
+        out[c0 : c0 + n] = mm(qs, S, modes["qs"]) + mm(Aqk, Vn, modes["av"])
+        ke = kc * np.exp(G[-1] - G)
+        S = (np.exp(G[-1])[:, None] * S + mm(ke.T, Vn, modes["su"])).astype(f)
+    return out, S
+
+
+def rms_rel(x, ref):
+    return float(np.linalg.norm(x - ref) / max(np.linalg.norm(ref), 1e-300))
+
+
+def make_case(name, T, rng):
+    def bf(x):
+        return bf16(np.asarray(x, np.float32)).astype(np.float64)
+
+    q, k, v = (bf(rng.standard_normal((T, K))) for _ in range(3))
+    raw = rng.standard_normal((T, K))
+    blog = rng.standard_normal(T)
+    S0 = np.zeros((K, V))
+    if name == "bounded":  # the GPU tests' default: A = 1 + 15 U, dt_bias ~ -4 + 0.5 N: long memory
+        A = 1 + 15 * rng.random()
+        dt = -4 + 0.5 * rng.standard_normal(K)
+        a = -5.0 / (1 + np.exp(-A * (raw + dt)))  # lower_bound * sigmoid(A (g + dt_bias))
+        S0 = bf(0.3 * rng.standard_normal((K, V)))
+    elif name.startswith("softplus"):
+        A = 1 + 15 * rng.random()
+        a = -A * np.log1p(np.exp(raw - 2.0))
+        if name == "softplus -1000":
+            a[rng.random(T) < 0.1] = -1000.0
+    elif name == "collinear":
+        a = -np.log1p(np.exp(np.full((T, K), -12.0)))  # raw gate -12: almost no decay
+        k[T // 2 : T // 2 + 32] = k[T // 2]  # 32 identical keys
+        blog[T // 2 : T // 2 + 32] = 8.0  # beta ~ 1
+    else:
+        raise ValueError(name)
+    qn = q / np.sqrt((q * q).sum(1, keepdims=True) + 1e-6)
+    kn = k / np.sqrt((k * k).sum(1, keepdims=True) + 1e-6)
+    beta = 1 / (1 + np.exp(-bf(blog)))
+    return qn, kn, v, a, beta, S0
+
+
+CONFIGS = {
+    "C16 kept GPU (tf32; W/U, state update bf16x3)": (
+        16,
+        dict(intra="tf32", wu="bf16x3", ws="tf32", qs="tf32", av="tf32", su="bf16x3"),
+    ),
+    "C64 same precisions": (
+        64,
+        dict(intra="tf32", wu="bf16x3", ws="tf32", qs="tf32", av="tf32", su="bf16x3"),
+    ),
+    "C64 all tf32": (64, dict(intra="tf32", wu="tf32", ws="tf32", qs="tf32", av="tf32", su="tf32")),
+    "C64 + W.S bf16x3": (
+        64,
+        dict(intra="tf32", wu="bf16x3", ws="bf16x3", qs="tf32", av="tf32", su="bf16x3"),
+    ),
+    "C64 bf16x3 everywhere": (
+        64,
+        dict(intra="bf16x3", wu="bf16x3", ws="bf16x3", qs="bf16x3", av="bf16x3", su="bf16x3"),
+    ),
+    "C64 bf16, state update bf16x3": (
+        64,
+        dict(intra="bf16", wu="bf16", ws="bf16", qs="bf16", av="bf16", su="bf16x3"),
+    ),
+    "C64 all bf16 (fla-like)": (
+        64,
+        dict(intra="bf16", wu="bf16", ws="bf16", qs="bf16", av="bf16", su="bf16"),
+    ),
+}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--T", type=int, default=1024)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    scale = K**-0.5
+    cases = ["bounded", "softplus", "softplus -1000", "collinear"]
+    # bounded: the GPU tests' default gate (long memory) and initial state; softplus: A = 1 + 15 U,
+    # raw gate - 2; softplus -1000: 10 % of tokens at -1000; collinear: 32 identical keys, raw gate
+    # -12, beta logit +8.
+    print(f"T = {args.T}, K = V = {K}, seed {args.seed}; RMS-relative out / final state vs fp64")
+    print("| config | " + " | ".join(cases) + " |")
+    print("|---|" + "---|" * len(cases))
+    data = {}
+    for cname in cases:
+        rng = np.random.default_rng(args.seed)
+        x = make_case(cname, args.T, rng)
+        ref = reference(*x, scale)
+        # bf16 rounding of the exact output: the floor any bf16-output kernel has
+        data[cname] = (x, ref, rms_rel(bf16(ref[0]).astype(np.float64), ref[0]))
+    print(
+        "| bf16 rounding of the exact out | "
+        + " | ".join(f"{data[c][2]:.2e} / -" for c in cases)
+        + " |"
+    )
+    for name, (C, modes) in CONFIGS.items():
+        cells = []
+        for cname in cases:
+            x, ref, _ = data[cname]
+            o, s = chunked(*x, scale, C, modes)
+            ob = bf16(o).astype(np.float64)  # the kernel writes bf16 out
+            cells.append(f"{rms_rel(ob, ref[0]):.2e} / {rms_rel(s.astype(np.float64), ref[1]):.2e}")
+        print(f"| {name} | " + " | ".join(cells) + " |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
