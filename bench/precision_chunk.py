@@ -1,10 +1,11 @@
 """Precision emulation of the chunked KDA forward for a chunk length C and per-product operand
 precisions, against the fp64 token recurrence (numpy only, no GPU).
 
-Purpose: choose the operand precisions of a scan with C = 64 (the next prefill kernel, docs/prefill.md
-"What is next") before writing it, the way the tf32 / split-bf16 choices of the C = 16 kernel were
-made. Every MMA product is modelled by rounding its operands and accumulating exactly (the tensor
-cores' f32 accumulation is far finer than the operand roundings); everything else is f32.
+Purpose: choose the operand precisions of a scan with C = 64 (the next prefill kernel,
+docs/prefill.md "What is next") before writing it, the way the tf32 / split-bf16 choices of the
+C = 16 kernel were made. Every MMA product is modelled by rounding its operands and accumulating
+exactly (the tensor cores' f32 accumulation is far finer than the operand roundings); everything
+else is f32.
 
 Products (S is the K x V state, f32 between chunks; C tokens per chunk):
     intra: A' (k^ k^ pairwise decays, strictly lower) and A_qk (q^ k^, lower incl.) as the GPU's
