@@ -12,7 +12,8 @@ Products (S is the K x V state, f32 between chunks; C tokens per chunk):
            intra kernel forms them: factors 2^(G_r - G_a) 2^(G_a - G_s) with the anchor a the row
            before an 8-row half (pairs inside it; span clamp 2^100, else exact f32 pairs), the
            last row of the first half (16-row block), the row before r's 16-row block (C > 16)
-    Tb   = (I + strictly_lower(diag(beta) A'))^-1 diag(beta)    f32 forward substitution
+    Tb   = (I + strictly_lower(diag(beta) A'))^-1 diag(beta)    f32 forward substitution, or
+           by 16 x 16 blocks (f32 diagonal blocks, off-diagonal blocks by MMA: mode "solve")
     W    = Tb (k^ . 2^G),  U = Tb v                              mode "wu"
     V_new = U - W S                                              mode "ws"
     O    = (scale q^ . 2^G) S + A_qk V_new                       modes "qs", "av"
@@ -123,11 +124,22 @@ def chunked(q, k, v, a, beta, S0, scale, C, modes):
                 Aqk[r, cols] = aq
         Aqk *= f(scale)
         Nm = np.tril(bc[:, None] * Ap, -1)
-        inv = np.zeros((n, n), f)  # (I + N)^-1 by forward substitution in f32
+        inv = np.zeros((n, n), f)  # (I + N)^-1 by forward substitution in f32 ...
         for r in range(n):
             inv[r, r] = 1
             for s in range(r):
                 inv[r] -= Nm[r, s] * inv[s]
+        if n > 16 and modes.get("solve", "f32") != "f32":
+            # ... or by 16 x 16 blocks: diagonal blocks as above (each block only depends on
+            # itself), off-diagonal X_ij = -X_ii sum_{j <= m < i} N_im X_mj with MMA products
+            nb = (n + 15) // 16
+            blk = [slice(16 * b, min(16 * b + 16, n)) for b in range(nb)]
+            for i in range(nb):
+                for j in range(i - 1, -1, -1):
+                    acc = np.zeros((blk[i].stop - blk[i].start, blk[j].stop - blk[j].start), f)
+                    for m in range(j, i):
+                        acc += mm(Nm[blk[i], blk[m]], inv[blk[m], blk[j]], modes["solve"])
+                    inv[blk[i], blk[j]] = -mm(inv[blk[i], blk[i]], acc, modes["solve"])
         Tb = (inv * bc[None, :]).astype(f)
         kw = kc * np.exp(G)
         W = mm(Tb, kw, modes["wu"])
@@ -182,6 +194,16 @@ CONFIGS = {
     "C64 same precisions": (
         64,
         dict(intra="tf32", wu="bf16x3", ws="tf32", qs="tf32", av="tf32", su="bf16x3"),
+    ),
+    "C64 same, Tb by 16-blocks, tf32 products": (
+        64,
+        dict(intra="tf32", solve="tf32", wu="bf16x3", ws="tf32", qs="tf32", av="tf32", su="bf16x3"),
+    ),
+    "C64 same, Tb by 16-blocks, bf16x3 products": (
+        64,
+        dict(
+            intra="tf32", solve="bf16x3", wu="bf16x3", ws="tf32", qs="tf32", av="tf32", su="bf16x3"
+        ),
     ),
     "C64 all tf32": (64, dict(intra="tf32", wu="tf32", ws="tf32", qs="tf32", av="tf32", su="tf32")),
     "C64 + W.S bf16x3": (
