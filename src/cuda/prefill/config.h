@@ -49,13 +49,12 @@ constexpr float kMaxAnchorSpan = 100.0f;
 // Leading dimensions (floats), chosen for conflict-free fragment loads:
 //  - scalar fragment loads (row g, col t) need ld = 4 (mod 32): banks 4g + t;
 //  - float2 fragment loads (row g, cols 2t, 2t+1) need ld = 8 (mod 32) within a half warp.
-constexpr int kLdPrep = kK + 4;  // G, kt, qt, kd, ko: [kC][kLdPrep]
-constexpr int kLdScan = kK + 8;  // w, qs: [kC][kLdScan]
-constexpr int kLdTok = kC + 8;   // ke [kK][kLdTok], aqk [kC][kLdTok]
-constexpr int kLdN = kC + 4;     // nmat [kC][kLdN]
-constexpr int kLdKe2 =
-    kC / 2 + 4;                 // ke_hi, ke_lo: bf16 token pairs, u32 [kK][kLdKe2]: banks 12g + t
-constexpr int kLdOut = 16 + 8;  // output staging, bf16 [kC][kLdOut] per scan warp (16-B rows)
+constexpr int kLdPrep = kK + 4;     // G, kt, qt, kd, ko: [kC][kLdPrep]
+constexpr int kLdScan = kK + 8;     // w, qs: [kC][kLdScan]
+constexpr int kLdTok = kC + 8;      // aqk [kC][kLdTok] (scan stage, intra RawQKG)
+constexpr int kLdN = kC + 4;        // nmat [kC][kLdN]
+constexpr int kLdKe2 = kC / 2 + 4;  // ke_hi / ke_lo, u32 token pairs [kK][kLdKe2]: banks 12g + t
+constexpr int kLdOut = 16 + 8;      // output staging, bf16 [kC][kLdOut] per scan warp (16-B rows)
 static_assert(kLdPrep % 32 == 4 && kLdScan % 32 == 8 && kLdTok % 32 == 24 && kLdN % 4 == 0 &&
                   kLdKe2 == 12,
               "fragment-load bank layout");
