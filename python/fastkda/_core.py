@@ -1,13 +1,16 @@
 """Plumbing between the public functions and the native extension (framework neutral).
 
-Every public entry point ends in run_forward() or run_decode(). In eager mode these call the
-extension directly (a few microseconds of host time); while torch.compile traces they call the
-torch.library custom ops of _ops.py instead, whose implementations call the same extension.
+Every public entry point ends in run_forward(), run_forward_pool() or run_decode(), with its
+arguments as ForwardTensors / DecodeTensors plus ForwardOptions / DecodeOptions (named tuples in
+the extension's argument order). In eager mode these call the extension directly (a few
+microseconds of host time); while torch.compile traces they call the torch.library custom ops of
+_ops.py instead, whose implementations call the same extension (call_forward, call_decode).
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any, NamedTuple
 
 from . import _C
 
@@ -95,221 +98,115 @@ def zeros(like, shape, dtype=None):
     return np.zeros(shape, dtype=like.dtype if dtype is None else dtype)
 
 
-def run_forward(
-    q,
-    k,
-    v,
-    g,
-    beta,
-    out,
-    A_log,
-    dt_bias,
-    cu_seqlens,
-    cu_seqlens_host,
-    initial_state,
-    final_state,
-    state_indices,
-    workspace,
-    gate_mode: int,
-    lower_bound: float,
-    beta_mode: int,
-    l2norm_qk: bool,
-    scale: float,
-    state_layout: int,
-    algorithm: int,
-    stream=None,
-) -> None:
-    if is_compiling():
-        torch.ops.fastkda.forward(
-            q,
-            k,
-            v,
-            g,
-            beta,
-            out,
-            A_log,
-            dt_bias,
-            cu_seqlens,
-            cu_seqlens_host,
-            initial_state,
-            final_state,
-            state_indices,
-            workspace,
-            gate_mode,
-            lower_bound,
-            beta_mode,
-            l2norm_qk,
-            scale,
-            state_layout,
-            algorithm,
-        )
-        return
-    _C.forward(
-        q,
-        k,
-        v,
-        g,
-        beta,
-        out,
-        A_log,
-        dt_bias,
-        cu_seqlens,
-        cu_seqlens_host,
-        initial_state,
-        final_state,
-        state_indices,
-        workspace,
-        gate_mode,
-        lower_bound,
-        beta_mode,
-        l2norm_qk,
-        scale,
-        state_layout,
-        algorithm,
-        stream_of(q, stream),
-        workspace_allocator(q) if workspace is None else None,
+class ForwardTensors(NamedTuple):
+    """The array arguments of a forward, in the order _C.forward and torch.ops.fastkda.forward take
+    them (optional ones None)."""
+
+    q: Any  # [B, T, H, K]
+    k: Any  # [B, T, H, K]
+    v: Any  # [B, T, HV, V]
+    g: Any  # [B, T, HV, K]
+    beta: Any  # [B, T, HV]
+    out: Any  # [B, T, HV, V], written
+    A_log: Any  # [HV] f32
+    dt_bias: Any  # [HV, K] f32
+    cu_seqlens: Any  # [N + 1] int32 / int64
+    cu_seqlens_host: Any  # CPU copy of a CUDA cu_seqlens
+    initial_state: Any  # [N or slots, HV, V, K] / [.., K, V]
+    final_state: Any  # same, written (the same pool as initial_state for run_forward_pool)
+    state_indices: Any  # [N] int32
+    workspace: Any  # uint8 CUDA scratch (None: allocated through torch)
+
+
+class ForwardOptions(NamedTuple):
+    """The scalar options of a forward as the extension takes them (codes, not names)."""
+
+    gate_mode: int
+    lower_bound: float
+    beta_mode: int
+    l2norm_qk: bool
+    scale: float  # 0: K^-1/2
+    state_layout: int
+    algorithm: int
+
+
+def forward_options(
+    gate, lower_bound, beta_act, l2norm_qk, scale, state_layout, algorithm
+) -> ForwardOptions:
+    """ForwardOptions from the public keyword arguments (names checked, with the argument named)."""
+    return ForwardOptions(
+        code(GATE_MODES, gate, "gate"),
+        bound(lower_bound),
+        code(BETA_MODES, beta_act, "beta_act"),
+        bool(l2norm_qk),
+        0.0 if scale is None else float(scale),
+        code(STATE_LAYOUTS, state_layout, "state_layout"),
+        code(ALGORITHMS, algorithm, "algorithm"),
     )
 
 
-def run_forward_pool(
-    q,
-    k,
-    v,
-    g,
-    beta,
-    out,
-    A_log,
-    dt_bias,
-    cu_seqlens,
-    cu_seqlens_host,
-    state_pool,
-    state_indices,
-    workspace,
-    gate_mode: int,
-    lower_bound: float,
-    beta_mode: int,
-    l2norm_qk: bool,
-    scale: float,
-    state_layout: int,
-    algorithm: int,
-    stream=None,
-    boundary_states=None,
-) -> None:
-    """The forward with states read from and written back to rows of one pool, in place."""
+class DecodeTensors(NamedTuple):
+    """The array arguments of a decode step, in _C.decode / torch.ops.fastkda.decode order."""
+
+    q: Any  # [N, tokens, H, K]
+    k: Any  # [N, tokens, H, K]
+    v: Any  # [N, tokens, HV, V]
+    g: Any  # [N, tokens, HV, K]
+    beta: Any  # [N, tokens, HV]
+    out: Any  # [N, tokens, HV, V], written
+    A_log: Any  # [HV] f32
+    dt_bias: Any  # [HV, K] f32
+    state_pool: Any  # [slots, HV, V, K] / [slots, HV, K, V], updated in place
+    slots: Any  # [N] or [N, S] int32
+    num_accepted: Any  # [N] int32
+
+
+class DecodeOptions(NamedTuple):
+    gate_mode: int
+    lower_bound: float
+    beta_mode: int
+    l2norm_qk: bool
+    scale: float  # 0: K^-1/2
+    state_layout: int
+    per_token_states: bool
+
+
+def call_forward(t: ForwardTensors, o: ForwardOptions, stream=None, boundary_states=None) -> None:
+    """The extension's forward on the given stream (default: torch's current stream of q's
+    device); without a workspace, one is allocated through torch's caching allocator."""
+    alloc = workspace_allocator(t.q) if t.workspace is None else None
+    _C.forward(*t, *o, stream_of(t.q, stream), alloc, boundary_states)
+
+
+def call_decode(t: DecodeTensors, o: DecodeOptions, stream=None) -> None:
+    _C.decode(*t, *o, stream_of(t.q, stream))
+
+
+def run_forward(t: ForwardTensors, o: ForwardOptions, stream=None) -> None:
     if is_compiling():
+        torch.ops.fastkda.forward(*t, *o)
+    else:
+        call_forward(t, o, stream)
+
+
+def run_forward_pool(t: ForwardTensors, o: ForwardOptions, stream=None, boundary_states=None):
+    """The forward with states read from and written back to rows of one pool (t.initial_state is
+    t.final_state), in place."""
+    if is_compiling():  # the op takes the pool once: custom ops cannot alias two arguments
         torch.ops.fastkda.forward_pool(
-            q,
-            k,
-            v,
-            g,
-            beta,
-            out,
-            A_log,
-            dt_bias,
-            cu_seqlens,
-            cu_seqlens_host,
-            state_pool,
-            state_indices,
-            workspace,
-            gate_mode,
-            lower_bound,
-            beta_mode,
-            l2norm_qk,
-            scale,
-            state_layout,
-            algorithm,
+            *t[: ForwardTensors._fields.index("initial_state")],
+            t.final_state,
+            t.state_indices,
+            t.workspace,
+            *o,
             boundary_states,
         )
-        return
-    _C.forward(
-        q,
-        k,
-        v,
-        g,
-        beta,
-        out,
-        A_log,
-        dt_bias,
-        cu_seqlens,
-        cu_seqlens_host,
-        state_pool,
-        state_pool,
-        state_indices,
-        workspace,
-        gate_mode,
-        lower_bound,
-        beta_mode,
-        l2norm_qk,
-        scale,
-        state_layout,
-        algorithm,
-        stream_of(q, stream),
-        workspace_allocator(q) if workspace is None else None,
-        boundary_states,
-    )
+    else:
+        call_forward(t, o, stream, boundary_states)
 
 
-def run_decode(
-    q,
-    k,
-    v,
-    g,
-    beta,
-    out,
-    A_log,
-    dt_bias,
-    state_pool,
-    slots,
-    num_accepted,
-    gate_mode: int,
-    lower_bound: float,
-    beta_mode: int,
-    l2norm_qk: bool,
-    scale: float,
-    state_layout: int,
-    per_token_states: bool,
-    stream=None,
-) -> None:
+def run_decode(t: DecodeTensors, o: DecodeOptions, stream=None) -> None:
     if is_compiling():
-        torch.ops.fastkda.decode(
-            q,
-            k,
-            v,
-            g,
-            beta,
-            out,
-            A_log,
-            dt_bias,
-            state_pool,
-            slots,
-            num_accepted,
-            gate_mode,
-            lower_bound,
-            beta_mode,
-            l2norm_qk,
-            scale,
-            state_layout,
-            per_token_states,
-        )
-        return
-    _C.decode(
-        q,
-        k,
-        v,
-        g,
-        beta,
-        out,
-        A_log,
-        dt_bias,
-        state_pool,
-        slots,
-        num_accepted,
-        gate_mode,
-        lower_bound,
-        beta_mode,
-        l2norm_qk,
-        scale,
-        state_layout,
-        per_token_states,
-        stream_of(q, stream),
-    )
+        torch.ops.fastkda.decode(*t, *o)
+    else:
+        call_decode(t, o, stream)

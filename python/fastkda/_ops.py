@@ -11,8 +11,14 @@ from typing import Optional
 
 import torch
 
-from . import _C
-from ._core import stream_of, workspace_allocator
+from ._core import (
+    DecodeOptions,
+    DecodeTensors,
+    ForwardOptions,
+    ForwardTensors,
+    call_decode,
+    call_forward,
+)
 
 Tensor = torch.Tensor
 
@@ -41,33 +47,27 @@ def forward(
     state_layout: int,
     algorithm: int,
 ) -> None:
-    _C.forward(
-        q,
-        k,
-        v,
-        g,
-        beta,
-        out,
-        A_log,
-        dt_bias,
-        cu_seqlens,
-        cu_seqlens_host,
-        initial_state,
-        final_state,
-        state_indices,
-        workspace,
-        gate_mode,
-        lower_bound,
-        beta_mode,
-        l2norm_qk,
-        scale,
-        state_layout,
-        algorithm,
-        stream_of(q),
-        workspace_allocator(q) if workspace is None else None,
+    call_forward(
+        ForwardTensors(
+            q,
+            k,
+            v,
+            g,
+            beta,
+            out,
+            A_log,
+            dt_bias,
+            cu_seqlens,
+            cu_seqlens_host,
+            initial_state,
+            final_state,
+            state_indices,
+            workspace,
+        ),
+        ForwardOptions(
+            gate_mode, lower_bound, beta_mode, l2norm_qk, scale, state_layout, algorithm
+        ),
     )
-
-
 
 
 @torch.library.custom_op(
@@ -96,34 +96,28 @@ def forward_pool(
     algorithm: int,
     boundary_states: Optional[Tensor] = None,
 ) -> None:
-    _C.forward(
-        q,
-        k,
-        v,
-        g,
-        beta,
-        out,
-        A_log,
-        dt_bias,
-        cu_seqlens,
-        cu_seqlens_host,
-        state_pool,
-        state_pool,
-        state_indices,
-        workspace,
-        gate_mode,
-        lower_bound,
-        beta_mode,
-        l2norm_qk,
-        scale,
-        state_layout,
-        algorithm,
-        stream_of(q),
-        workspace_allocator(q) if workspace is None else None,
-        boundary_states,
+    call_forward(
+        ForwardTensors(
+            q,
+            k,
+            v,
+            g,
+            beta,
+            out,
+            A_log,
+            dt_bias,
+            cu_seqlens,
+            cu_seqlens_host,
+            state_pool,
+            state_pool,
+            state_indices,
+            workspace,
+        ),
+        ForwardOptions(
+            gate_mode, lower_bound, beta_mode, l2norm_qk, scale, state_layout, algorithm
+        ),
+        boundary_states=boundary_states,
     )
-
-
 
 
 @torch.library.custom_op("fastkda::decode", mutates_args=("out", "state_pool"))
@@ -147,26 +141,11 @@ def decode(
     state_layout: int,
     per_token_states: bool,
 ) -> None:
-    _C.decode(
-        q,
-        k,
-        v,
-        g,
-        beta,
-        out,
-        A_log,
-        dt_bias,
-        state_pool,
-        slots,
-        num_accepted,
-        gate_mode,
-        lower_bound,
-        beta_mode,
-        l2norm_qk,
-        scale,
-        state_layout,
-        per_token_states,
-        stream_of(q),
+    call_decode(
+        DecodeTensors(q, k, v, g, beta, out, A_log, dt_bias, state_pool, slots, num_accepted),
+        DecodeOptions(
+            gate_mode, lower_bound, beta_mode, l2norm_qk, scale, state_layout, per_token_states
+        ),
     )
 
 

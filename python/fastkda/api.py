@@ -23,13 +23,15 @@ from __future__ import annotations
 
 from . import _C, _core
 from ._core import (
-    ALGORITHMS,
     BETA_MODES,
     GATE_MODES,
     STATE_LAYOUTS,
-    bound,
+    DecodeOptions,
+    DecodeTensors,
+    ForwardTensors,
     code,
     empty,
+    forward_options,
     run_decode,
     run_forward,
     run_forward_pool,
@@ -74,7 +76,7 @@ def forward(
     """
     if out is None:
         out = empty(q, v.shape)
-    run_forward(
+    t = ForwardTensors(
         q,
         k,
         v,
@@ -89,15 +91,9 @@ def forward(
         final_state,
         state_indices,
         workspace,
-        code(GATE_MODES, gate, "gate"),
-        bound(lower_bound),
-        code(BETA_MODES, beta_act, "beta_act"),
-        bool(l2norm_qk),
-        0.0 if scale is None else float(scale),
-        code(STATE_LAYOUTS, state_layout, "state_layout"),
-        code(ALGORITHMS, algorithm, "algorithm"),
-        stream,
     )
+    o = forward_options(gate, lower_bound, beta_act, l2norm_qk, scale, state_layout, algorithm)
+    run_forward(t, o, stream)
     return out
 
 
@@ -138,7 +134,7 @@ def prefill(
     """
     if out is None:
         out = empty(q, v.shape)
-    run_forward_pool(
+    t = ForwardTensors(
         q,
         k,
         v,
@@ -150,18 +146,12 @@ def prefill(
         cu_seqlens,
         cu_seqlens_host,
         state_pool,
+        state_pool,
         state_indices,
         workspace,
-        code(GATE_MODES, gate, "gate"),
-        bound(lower_bound),
-        code(BETA_MODES, beta_act, "beta_act"),
-        bool(l2norm_qk),
-        0.0 if scale is None else float(scale),
-        code(STATE_LAYOUTS, state_layout, "state_layout"),
-        ALGORITHMS["chunked"],
-        stream,
-        boundary_states,
     )
+    o = forward_options(gate, lower_bound, beta_act, l2norm_qk, scale, state_layout, "chunked")
+    run_forward_pool(t, o, stream, boundary_states)
     return out
 
 
@@ -208,24 +198,16 @@ def decode_step(
         beta_mode = code(BETA_MODES, beta_act, "beta_act")
         layout = code(STATE_LAYOUTS, state_layout, "state_layout")
     run_decode(
-        q,
-        k,
-        v,
-        g,
-        beta,
-        out,
-        A_log,
-        dt_bias,
-        state_pool,
-        slots,
-        num_accepted,
-        gate_mode,
-        _core.bound(lower_bound),
-        beta_mode,
-        l2norm_qk,
-        0.0 if scale is None else scale,
-        layout,
-        per_token_states,
+        DecodeTensors(q, k, v, g, beta, out, A_log, dt_bias, state_pool, slots, num_accepted),
+        DecodeOptions(
+            gate_mode,
+            _core.bound(lower_bound),
+            beta_mode,
+            l2norm_qk,
+            0.0 if scale is None else scale,
+            layout,
+            per_token_states,
+        ),
         stream,
     )
     return out
@@ -268,11 +250,5 @@ def forward_workspace_size(
         initial_state,
         final_state,
         state_indices,
-        code(GATE_MODES, gate, "gate"),
-        bound(lower_bound),
-        code(BETA_MODES, beta_act, "beta_act"),
-        bool(l2norm_qk),
-        0.0 if scale is None else float(scale),
-        code(STATE_LAYOUTS, state_layout, "state_layout"),
-        code(ALGORITHMS, algorithm, "algorithm"),
+        *forward_options(gate, lower_bound, beta_act, l2norm_qk, scale, state_layout, algorithm),
     )

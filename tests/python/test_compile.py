@@ -125,3 +125,43 @@ def test_compile_fwd_in_place_and_decode_step():
     for a, b in zip(eager, comp):  # out, state and the pool mutated in place as in eager mode
         assert torch.equal(a, b)
     assert eager[2][1].abs().sum() > 0
+
+
+def test_compile_prefill_on_pool_with_boundary_states():
+    """fastkda.prefill (the forward_pool op: pool read and written in place, boundary states)
+    under torch.compile(fullgraph=True) == eager, buffers mutated alike."""
+    q, k, v, g, beta, A_log, dt_bias = make_inputs(
+        1, 80, H, H, 128, 128, seed=3, dtype=torch.bfloat16
+    )
+    cu = torch.tensor([0, 70, 80], dtype=torch.int32)  # 2 sequences: ceil(70/64) + 1 = 3 rows
+
+    def run(pool, boundary):
+        o = fastkda.prefill(
+            q,
+            k,
+            v,
+            g,
+            beta,
+            pool,
+            torch.tensor([2, 0], dtype=torch.int32),
+            cu_seqlens=cu,
+            A_log=A_log,
+            dt_bias=dt_bias,
+            gate="softplus",
+            boundary_states=boundary,
+        )
+        return o.float().sum()
+
+    def buffers():
+        gen = torch.Generator().manual_seed(4)
+        return torch.randn(3, H, 128, 128, generator=gen) * 0.1, torch.zeros(3, H, 128, 128)
+
+    eager = buffers()
+    r_eager = run(*eager)
+    comp = buffers()
+    r_comp = torch.compile(run, fullgraph=True, backend="aot_eager")(*comp)
+    assert torch.equal(r_eager, r_comp)
+    for a, b in zip(eager, comp):
+        assert torch.equal(a, b)
+    assert not torch.equal(eager[0], buffers()[0])  # the pool rows of both sequences changed
+    assert eager[1][2].abs().sum() > 0  # the second sequence's boundary row was written
