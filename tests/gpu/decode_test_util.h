@@ -22,6 +22,7 @@
 
 #include "common.h"
 #include "fastkda/fastkda.h"
+#include "gpu_buffers.h"
 
 namespace fastkda_decode_test {
 
@@ -30,15 +31,12 @@ using fastkda::DType;
 using fastkda::GateMode;
 using fastkda::StateLayout;
 
-inline bool have_gpu() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
-
-inline uint64_t fresh_seed() {
-  if (const char* s = std::getenv("FASTKDA_TEST_SEED")) return std::strtoull(s, nullptr, 10);
-  return (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
-}
+using fastkda_gpu_test::compare;
+using fastkda_gpu_test::DeviceBuf;
+using fastkda_gpu_test::Err;
+using fastkda_gpu_test::fresh_seed;
+using fastkda_gpu_test::have_gpu;
+using fastkda_gpu_test::HostBuf;
 
 struct Case {
   int64_t N = 16;
@@ -74,61 +72,6 @@ inline std::string describe(const Case& c, uint64_t seed) {
      << " (FASTKDA_TEST_SEED)";
   return os.str();
 }
-
-// Host values of one tensor: f32 or bf16 bits.
-struct HostBuf {
-  DType dtype = DType::kF32;
-  std::vector<float> f;
-  std::vector<uint16_t> h;
-  HostBuf() = default;
-  HostBuf(DType d, size_t n) : dtype(d) {
-    if (d == DType::kF32)
-      f.assign(n, 0.f);
-    else
-      h.assign(n, 0);
-  }
-  size_t size() const { return dtype == DType::kF32 ? f.size() : h.size(); }
-  size_t bytes() const { return size() * fastkda::dtype_size(dtype); }
-  void* data() { return dtype == DType::kF32 ? (void*)f.data() : (void*)h.data(); }
-  const void* data() const {
-    return dtype == DType::kF32 ? (const void*)f.data() : (const void*)h.data();
-  }
-  float get(size_t i) const { return dtype == DType::kF32 ? f[i] : fastkda::bf16_to_float(h[i]); }
-  void set(size_t i, float x) {
-    if (dtype == DType::kF32)
-      f[i] = x;
-    else
-      h[i] = fastkda::float_to_bf16(x);
-  }
-  bool operator==(const HostBuf& o) const { return dtype == o.dtype && f == o.f && h == o.h; }
-};
-
-// A device copy of a host buffer (or of raw bytes); freed on scope exit.
-class DeviceBuf {
- public:
-  DeviceBuf() = default;
-  explicit DeviceBuf(size_t bytes) : bytes_(bytes) {
-    if (bytes && cudaMalloc(&ptr_, bytes) != cudaSuccess) ptr_ = nullptr;
-  }
-  DeviceBuf(const void* host, size_t bytes) : DeviceBuf(bytes) {
-    if (ptr_) cudaMemcpy(ptr_, host, bytes, cudaMemcpyHostToDevice);
-  }
-  ~DeviceBuf() {
-    if (ptr_) cudaFree(ptr_);
-  }
-  DeviceBuf(DeviceBuf&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) { o.ptr_ = nullptr; }
-  DeviceBuf& operator=(DeviceBuf&& o) noexcept {
-    std::swap(ptr_, o.ptr_);
-    std::swap(bytes_, o.bytes_);
-    return *this;
-  }
-  void* get() const { return ptr_; }
-  void to_host(void* host) const { cudaMemcpy(host, ptr_, bytes_, cudaMemcpyDeviceToHost); }
-
- private:
-  void* ptr_ = nullptr;
-  size_t bytes_ = 0;
-};
 
 // One decode problem: inputs fixed once drawn.
 struct Problem {
@@ -313,30 +256,6 @@ inline Result run_oracle(const Problem& p) {
   f.algorithm = fastkda::Algorithm::kRecurrent;
   fastkda::forward(f);
   return r;
-}
-
-struct Err {
-  double rms_rel = 0, max_abs = 0;
-};
-inline std::ostream& operator<<(std::ostream& os, const Err& e) {
-  return os << "rms_rel=" << e.rms_rel << " max_abs=" << e.max_abs;
-}
-// Error of `got` against `ref` over the elements where `mask(i)` holds; non-finite got -> inf.
-template <class Mask>
-Err compare(const HostBuf& got, const HostBuf& ref, Mask mask) {
-  double num = 0, den = 0, mx = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (!mask(i)) continue;
-    const double a = got.get(i), b = ref.get(i);
-    if (!std::isfinite(a)) return {INFINITY, INFINITY};
-    num += (a - b) * (a - b);
-    den += b * b;
-    mx = std::max(mx, std::fabs(a - b));
-  }
-  return {den > 0 ? std::sqrt(num / den) : std::sqrt(num), mx};
-}
-inline Err compare(const HostBuf& got, const HostBuf& ref) {
-  return compare(got, ref, [](size_t) { return true; });
 }
 
 // Pool elements of slots that the step must leave untouched (never addressed, or padding rows'

@@ -24,6 +24,7 @@
 
 #include "common.h"
 #include "fastkda/fastkda.h"
+#include "gpu_buffers.h"
 
 namespace fastkda_prefill_test {
 
@@ -32,17 +33,15 @@ using fastkda::DType;
 using fastkda::GateMode;
 using fastkda::StateLayout;
 
-inline bool have_gpu() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
+using fastkda_gpu_test::compare;
+using fastkda_gpu_test::DeviceBuf;
+using fastkda_gpu_test::Err;
+using fastkda_gpu_test::fresh_seed;
+using fastkda_gpu_test::have_gpu;
+using fastkda_gpu_test::HostBuf;
+
 #define FASTKDA_REQUIRE_GPU() \
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device: GPU prefill tests skipped"
-
-inline uint64_t fresh_seed() {
-  if (const char* s = std::getenv("FASTKDA_TEST_SEED")) return std::strtoull(s, nullptr, 10);
-  return (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
-}
 
 enum class InitState { kNone, kF32, kBF16 };
 
@@ -92,67 +91,6 @@ inline std::string describe(const Case& c, uint64_t seed) {
      << " boundary_dropped=" << c.boundary_dropped << " seed=" << seed << " (FASTKDA_TEST_SEED)";
   return os.str();
 }
-
-struct HostBuf {
-  DType dtype = DType::kF32;
-  std::vector<float> f;
-  std::vector<uint16_t> h;
-  HostBuf() = default;
-  HostBuf(DType d, size_t n) : dtype(d) {
-    if (d == DType::kF32)
-      f.assign(n, 0.f);
-    else
-      h.assign(n, 0);
-  }
-  size_t size() const { return dtype == DType::kF32 ? f.size() : h.size(); }
-  size_t bytes() const { return size() * fastkda::dtype_size(dtype); }
-  void* data() { return dtype == DType::kF32 ? (void*)f.data() : (void*)h.data(); }
-  const void* data() const {
-    return dtype == DType::kF32 ? (const void*)f.data() : (const void*)h.data();
-  }
-  float get(size_t i) const { return dtype == DType::kF32 ? f[i] : fastkda::bf16_to_float(h[i]); }
-  void set(size_t i, float x) {
-    if (dtype == DType::kF32)
-      f[i] = x;
-    else
-      h[i] = fastkda::float_to_bf16(x);
-  }
-  bool same_bits(const HostBuf& o) const { return dtype == o.dtype && f == o.f && h == o.h; }
-  // Elements [lo, hi) bitwise equal to o's (NaN payloads included).
-  bool same_bits(const HostBuf& o, size_t lo, size_t hi) const {
-    const size_t es = fastkda::dtype_size(dtype);
-    return dtype == o.dtype && hi <= size() && hi <= o.size() &&
-           std::memcmp(static_cast<const char*>(data()) + lo * es,
-                       static_cast<const char*>(o.data()) + lo * es, (hi - lo) * es) == 0;
-  }
-};
-
-class DeviceBuf {
- public:
-  DeviceBuf() = default;
-  explicit DeviceBuf(size_t bytes) : bytes_(bytes) {
-    if (bytes && cudaMalloc(&ptr_, bytes) != cudaSuccess) ptr_ = nullptr;
-  }
-  DeviceBuf(const void* host, size_t bytes) : DeviceBuf(bytes) {
-    if (ptr_) cudaMemcpy(ptr_, host, bytes, cudaMemcpyHostToDevice);
-  }
-  ~DeviceBuf() {
-    if (ptr_) cudaFree(ptr_);
-  }
-  DeviceBuf(DeviceBuf&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) { o.ptr_ = nullptr; }
-  DeviceBuf& operator=(DeviceBuf&& o) noexcept {
-    std::swap(ptr_, o.ptr_);
-    std::swap(bytes_, o.bytes_);
-    return *this;
-  }
-  void* get() const { return ptr_; }
-  void to_host(void* host) const { cudaMemcpy(host, ptr_, bytes_, cudaMemcpyDeviceToHost); }
-  void from_host(const void* host) const { cudaMemcpy(ptr_, host, bytes_, cudaMemcpyHostToDevice); }
-
- private:
-  void* ptr_ = nullptr;
-  size_t bytes_ = 0;
-};
 
 constexpr int kK = 128, kV = 128;
 constexpr uint16_t kPoison = 0x7fc0;  // bf16 NaN
@@ -431,32 +369,6 @@ inline Result run_oracle(const Problem& p) {
       std::copy(s1.begin(), s1.end(), r.state.f.begin() + slot * matrix);
   }
   return r;
-}
-
-struct Err {
-  double rms_rel = 0, max_abs = 0;
-  size_t nonfinite = 0;
-};
-inline std::ostream& operator<<(std::ostream& os, const Err& e) {
-  return os << "rms_rel=" << e.rms_rel << " max_abs=" << e.max_abs << " nonfinite=" << e.nonfinite;
-}
-template <class Mask>
-Err compare(const HostBuf& got, const HostBuf& ref, Mask mask) {
-  Err e;
-  double num = 0, den = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (!mask(i)) continue;
-    const double a = got.get(i), b = ref.get(i);
-    if (!std::isfinite(a)) {
-      ++e.nonfinite;
-      continue;
-    }
-    num += (a - b) * (a - b);
-    den += b * b;
-    e.max_abs = std::max(e.max_abs, std::fabs(a - b));
-  }
-  e.rms_rel = e.nonfinite ? INFINITY : (den > 0 ? std::sqrt(num / den) : std::sqrt(num));
-  return e;
 }
 
 // Token rows covered by some sequence.
