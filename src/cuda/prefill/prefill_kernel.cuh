@@ -7,10 +7,11 @@
 // Warp roles (warp specialised, no CTA-wide barrier in the main loop):
 //   warps 0..4G-1  G = prep_groups<kVs>() prepare groups of 4 warps alternating chunks: cp.async
 //                  of q, k, v, g, Tb, A_qk (two raw stages per group), gate + cumsum, l2 norms,
-//                  qs, ke, decay, W = Tb (k^ . 2^G), U = Tb v -> ScanStage scan[c % G]
-//                  (prepare.cuh)
-//   warps 4G..     scan: state S^T stationary in registers (f32), three tf32 MMAs per chunk, output
-//                  staged and stored to `out`                                    (scan.cuh)
+//                  qs, ke, decay, W = Tb (k^ . 2^G), U = Tb v (split-bf16 MMA)
+//                  -> ScanStage scan[c % G]                                      (prepare.cuh)
+//   warps 4G..     scan: state S^T stationary in registers (f32), per chunk two tf32 products
+//                  (V_new, O) and the split-bf16 state update; output staged and stored to `out`
+//                                                                                (scan.cuh)
 // Hand-off: named barriers kBarFull0 + s (prepare arrives, scan waits) and kBarEmpty0 + s (scan
 // arrives, prepare waits) per stage s; a prepare group syncs on kBarPrep0 + p.
 // Shared memory: SharedPlan<kVs> (config.h). Reads q, k, v, g and 128 B of workspace per token and

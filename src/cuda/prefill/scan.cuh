@@ -3,7 +3,7 @@
 // accumulator that never leaves registers (f32, chunk to chunk). Warp w owns 16 value rows of S^T:
 // 16 x 128 floats, 64 per lane, in the m16n8 accumulator layout (tile j = key columns 8j..8j+7).
 //
-// Per chunk (operands from ScanStage, tf32):
+// Per chunk (operands from ScanStage; tf32 except the state update):
 //   V_new^T = U^T + S^T (-W)^T                 16 x kC,  k-dim K
 //   O^T     = S^T qs^T + V_new^T A_qk^T        16 x kC,  k-dims K and kC  (-> bf16 out)
 //   S^T     = S^T diag(2^G_C) + V_new^T ke     16 x K,   k-dim kC  (split bf16, see below)
