@@ -330,6 +330,105 @@ TEST(PrefillGpu, VarlenEqualsSeparateCalls) {
   }
 }
 
+// T = 1M tokens with 64-bit offsets: one varlen call whose first sequence has 2^20 tokens and
+// whose second (200 tokens) starts at token row 2^20 = element 2^31 of q, k, v, out (H = HV = 16),
+// so every token-indexed address of the second sequence is past int32. The second sequence must
+// equal the same inputs run on their own bit for bit (varlen == separate calls) and be within the
+// oracle bounds; the first must come out finite (its final state, its last 4096 output rows and
+// every 65536th row). The first sequence tiles 4096 random tokens; ~28 GB of device memory.
+TEST(PrefillGpu, MillionTokens64BitOffsets) {
+  FASTKDA_REQUIRE_GPU();
+  constexpr int64_t kL0 = int64_t(1) << 20, kL1 = 200, kPattern = 4096, kT = kL0 + kL1;
+  Case c;
+  c.seqlens = {kPattern, kL1};
+  c.H = c.HV = 16;
+  const Problem p(c);  // rows [0, kPattern): the tile of sequence 0; then sequence 1
+  const size_t matrix = size_t(c.HV) * kK * kV, row_out = size_t(c.HV) * kV;
+
+  // Sequence 1 on its own (and against the oracle).
+  Case c1 = c;
+  c1.seqlens = {kL1};
+  Problem p1(c1, p.seed);
+  auto slice = [&](const HostBuf& src, HostBuf& dst, int64_t stride) {
+    for (size_t i = 0; i < dst.size(); ++i) dst.set(i, src.get(size_t(kPattern * stride) + i));
+  };
+  slice(p.q, p1.q, p.q_stride), slice(p.k, p1.k, p.k_stride), slice(p.v, p1.v, p.v_stride);
+  slice(p.g, p1.g, p.g_stride), slice(p.beta, p1.beta, p.beta_stride);
+  p1.A_log = p.A_log, p1.dt_bias = p.dt_bias;
+  for (size_t i = 0; i < matrix; ++i) p1.init_state.set(i, p.init_state.get(matrix + i));
+  const Result one = check_against_oracle(p1, "tail of a 1M call");
+
+  // The 1M-token call: rows [0, kL0) tile the first kPattern rows, rows [kL0, kT) are sequence 1.
+  auto fill = [&](const HostBuf& host, int64_t stride, DeviceBuf& dev) {
+    const size_t rb = size_t(stride) * fastkda::dtype_size(host.dtype);  // bytes per token row
+    char* d = static_cast<char*>(dev.get());
+    const char* h = static_cast<const char*>(host.data());
+    ASSERT_EQ(cudaMemcpy(d, h, kPattern * rb, cudaMemcpyHostToDevice), cudaSuccess);
+    for (int64_t n = kPattern; n < kL0; n *= 2)
+      ASSERT_EQ(cudaMemcpy(d + n * rb, d, std::min(n, kL0 - n) * rb, cudaMemcpyDeviceToDevice),
+                cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(d + kL0 * rb, h + kPattern * rb, kL1 * rb, cudaMemcpyHostToDevice),
+              cudaSuccess);
+  };
+  auto bytes = [&](const HostBuf& host, int64_t stride) {
+    return size_t(kT * stride) * fastkda::dtype_size(host.dtype);
+  };
+  DeviceBuf q(bytes(p.q, p.q_stride)), k(bytes(p.k, p.k_stride)), v(bytes(p.v, p.v_stride));
+  DeviceBuf g(bytes(p.g, p.g_stride)), beta(bytes(p.beta, p.beta_stride));
+  DeviceBuf out(size_t(kT) * row_out * 2), fin(2 * matrix * 4);
+  ASSERT_TRUE(q.get() && k.get() && v.get() && g.get() && beta.get() && out.get() && fin.get())
+      << "cudaMalloc failed: the test needs ~28 GB of device memory";
+  fill(p.q, p.q_stride, q), fill(p.k, p.k_stride, k), fill(p.v, p.v_stride, v);
+  fill(p.g, p.g_stride, g), fill(p.beta, p.beta_stride, beta);
+  ASSERT_EQ(cudaMemset(out.get(), 0xff, size_t(kT) * row_out * 2), cudaSuccess);  // bf16 NaN
+  const std::vector<int64_t> cu = {0, kL0, kT};
+  DeviceBuf dcu(cu.data(), cu.size() * 8), A_log(p.A_log.data(), p.A_log.size() * 4),
+      dt_bias(p.dt_bias.data(), p.dt_bias.size() * 4), init(p.init_state.data(), 2 * matrix * 4);
+
+  Problem big = p;  // same options and strides; only the token layout differs
+  big.c.T = kT, big.c.cu_i64 = true, big.rows = kT, big.cu = cu;
+  fastkda::ForwardParams f =
+      big.params({q.get(), k.get(), v.get(), g.get(), beta.get(), dcu.get(),
+                  static_cast<const float*>(A_log.get()), static_cast<const float*>(dt_bias.get()),
+                  out.get(), init.get(), fin.get(), nullptr},
+                 fastkda::Device::kCUDA);
+  DeviceBuf ws(fastkda::forward_workspace_size(f));
+  f.workspace = ws.get(), f.workspace_bytes = fastkda::forward_workspace_size(f);
+  fastkda::forward(f);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+
+  // Sequence 1: bit for bit the separate call.
+  std::vector<uint16_t> tail(size_t(kL1) * row_out);
+  ASSERT_EQ(cudaMemcpy(tail.data(), static_cast<char*>(out.get()) + size_t(kL0) * row_out * 2,
+                       tail.size() * 2, cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  std::vector<float> states(2 * matrix);
+  fin.to_host(states.data());
+  EXPECT_TRUE(std::equal(tail.begin(), tail.end(), one.out.h.begin())) << p.describe();
+  EXPECT_TRUE(std::equal(states.begin() + matrix, states.end(), one.state.f.begin()))
+      << p.describe();
+
+  // Sequence 0: finite final state and output rows (bf16 exponent not all ones).
+  size_t bad_state = 0;
+  for (size_t i = 0; i < matrix; ++i) bad_state += !std::isfinite(states[i]);
+  EXPECT_EQ(bad_state, 0u) << p.describe();
+  std::vector<int64_t> rows;
+  for (int64_t t = kL0 - 4096; t < kL0; ++t) rows.push_back(t);
+  for (int64_t t = 0; t < kL0; t += 65536) rows.push_back(t);
+  std::vector<uint16_t> row(row_out);
+  size_t bad_out = 0;
+  for (int64_t t : rows) {
+    ASSERT_EQ(cudaMemcpy(row.data(), static_cast<char*>(out.get()) + size_t(t) * row_out * 2,
+                         row_out * 2, cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    for (uint16_t x : row) bad_out += (x & 0x7f80u) == 0x7f80u;
+  }
+  EXPECT_EQ(bad_out, 0u) << "non-finite output in the first sequence  " << p.describe();
+  std::printf("[prefill] 1M tokens: tail bitwise %s, head non-finite state %zu / out %zu\n",
+              std::equal(tail.begin(), tail.end(), one.out.h.begin()) ? "equal" : "DIFFERENT",
+              bad_state, bad_out);
+}
+
 // prefill(T1) then prefill(T2) from the carried f32 state == prefill(T1 + T2) (to rounding).
 TEST(PrefillGpu, SplitPrefillMatchesOne) {
   FASTKDA_REQUIRE_GPU();
