@@ -363,12 +363,12 @@ TEST(PrefillGpu, MillionTokens64BitOffsets) {
     const size_t rb = size_t(stride) * fastkda::dtype_size(host.dtype);  // bytes per token row
     char* d = static_cast<char*>(dev.get());
     const char* h = static_cast<const char*>(host.data());
-    ASSERT_EQ(cudaMemcpy(d, h, kPattern * rb, cudaMemcpyHostToDevice), cudaSuccess);
+    bool ok = cudaMemcpy(d, h, kPattern * rb, cudaMemcpyHostToDevice) == cudaSuccess;
     for (int64_t n = kPattern; n < kL0; n *= 2)
-      ASSERT_EQ(cudaMemcpy(d + n * rb, d, std::min(n, kL0 - n) * rb, cudaMemcpyDeviceToDevice),
-                cudaSuccess);
-    ASSERT_EQ(cudaMemcpy(d + kL0 * rb, h + kPattern * rb, kL1 * rb, cudaMemcpyHostToDevice),
-              cudaSuccess);
+      ok = ok && cudaMemcpy(d + n * rb, d, std::min(n, kL0 - n) * rb, cudaMemcpyDeviceToDevice) ==
+                     cudaSuccess;
+    return ok && cudaMemcpy(d + kL0 * rb, h + kPattern * rb, kL1 * rb, cudaMemcpyHostToDevice) ==
+                     cudaSuccess;
   };
   auto bytes = [&](const HostBuf& host, int64_t stride) {
     return size_t(kT * stride) * fastkda::dtype_size(host.dtype);
@@ -378,8 +378,8 @@ TEST(PrefillGpu, MillionTokens64BitOffsets) {
   DeviceBuf out(size_t(kT) * row_out * 2), fin(2 * matrix * 4);
   ASSERT_TRUE(q.get() && k.get() && v.get() && g.get() && beta.get() && out.get() && fin.get())
       << "cudaMalloc failed: the test needs ~28 GB of device memory";
-  fill(p.q, p.q_stride, q), fill(p.k, p.k_stride, k), fill(p.v, p.v_stride, v);
-  fill(p.g, p.g_stride, g), fill(p.beta, p.beta_stride, beta);
+  ASSERT_TRUE(fill(p.q, p.q_stride, q) && fill(p.k, p.k_stride, k) && fill(p.v, p.v_stride, v) &&
+              fill(p.g, p.g_stride, g) && fill(p.beta, p.beta_stride, beta));
   ASSERT_EQ(cudaMemset(out.get(), 0xff, size_t(kT) * row_out * 2), cudaSuccess);  // bf16 NaN
   const std::vector<int64_t> cu = {0, kL0, kT};
   DeviceBuf dcu(cu.data(), cu.size() * 8), A_log(p.A_log.data(), p.A_log.size() * 4),
