@@ -68,6 +68,23 @@ def make_inputs(torch, H, T, seqlens, device="cuda"):
     return dict(q=q, k=k, v=v, g=gate, beta=beta, A_log=A_log, dt_bias=dt_bias, h0=h0, cu=cu, N=N)
 
 
+def median_event_ms(torch, call, flush, reps):
+    """Median ms of `call` between CUDA events, L2 flushed before each call, after 3 warm-ups."""
+    for _ in range(3):
+        call()
+    torch.cuda.synchronize()
+    ev = []
+    for i in range(reps):
+        flush.fill_(i & 0xFF)
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        call()
+        e1.record()
+        e1.synchronize()
+        ev.append(e0.elapsed_time(e1))
+    return statistics.median(ev)
+
+
 def time_fla(torch, x, reps=30):
     from fla.ops.kda import chunk_kda
 
@@ -94,18 +111,7 @@ def time_fla(torch, x, reps=30):
         )
 
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
-    for _ in range(3):
-        call()
-    torch.cuda.synchronize()
-    ev = []
-    for i in range(reps):
-        flush.fill_(i & 0xFF)
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        call()
-        e1.record()
-        e1.synchronize()
-        ev.append(e0.elapsed_time(e1))
+    ev_ms = median_event_ms(torch, call, flush, reps)
     gpu = None
     try:
         from torch.profiler import ProfilerActivity, profile
@@ -126,7 +132,7 @@ def time_fla(torch, x, reps=30):
         gpu = total_us / n / 1e3
     except Exception as exc:  # profiler unavailable: events only
         print(f"# profiler failed: {exc}", file=sys.stderr)
-    return statistics.median(ev), gpu
+    return ev_ms, gpu
 
 
 def time_fastkda_py(torch, x, reps=30):
@@ -156,19 +162,7 @@ def time_fastkda_py(torch, x, reps=30):
         )
 
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
-    for _ in range(3):
-        call()
-    torch.cuda.synchronize()
-    ev = []
-    for i in range(reps):
-        flush.fill_(i & 0xFF)
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        call()
-        e1.record()
-        e1.synchronize()
-        ev.append(e0.elapsed_time(e1))
-    return statistics.median(ev)
+    return median_event_ms(torch, call, flush, reps)
 
 
 def read_fastkda(path):
