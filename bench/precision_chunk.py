@@ -19,7 +19,8 @@ Products (S is the K x V state, f32 between chunks; C tokens per chunk):
     O    = (scale q^ . 2^G) S + A_qk V_new                       modes "qs", "av"
     S    = 2^(G_C) . S + (k^ . 2^(G_C - G))^T V_new              mode "su"
 Modes: "f32" (operands f32), "tf32" (round to nearest away, 10 mantissa bits), "bf16",
-"bf16x3" (split hi + lo bf16: hi.hi + hi.lo + lo.hi), "bf16x2" (A split, B bf16).
+"bf16x3" (split hi + lo bf16: hi.hi + hi.lo + lo.hi), "bf16x2" (A split, B bf16). Split-T
+(segments run independently, then combined; see chunked()): modes "combine" and "fix".
 
     python bench/precision_chunk.py [--T 1024] [--seed 0]
 """
@@ -77,79 +78,114 @@ def reference(q, k, v, a, beta, S0, scale):
     return out, S
 
 
-def chunked(q, k, v, a, beta, S0, scale, C, modes):
-    """The chunked form with f32 state and the operand roundings of `modes`."""
+def chunk_operands(q, k, v, a, beta, scale, c0, n, modes):
+    """The S-independent operands of tokens c0 .. c0 + n: (W, U, qs, A_qk, ke, 2^G_C)."""
+    f = np.float32
+    qc, kc, vc, bc = q[c0 : c0 + n], k[c0 : c0 + n], v[c0 : c0 + n], beta[c0 : c0 + n]
+    G = np.cumsum(a[c0 : c0 + n], axis=0).astype(f)  # natural-log cumulative decay, <= 0
+    Ap = np.zeros((n, n), f)
+    Aqk = np.zeros((n, n), f)
+    Gx = np.vstack([np.zeros((1, K), f), G])  # Gx[r + 1] = G[r]; Gx[0] = chunk start
+    for r in range(n):
+        # Column groups sharing an anchor (a Gx index): the same 8-row half -> the row before
+        # the half (column factor >= 1, span clamp as on the GPU); the other half of the same
+        # 16-row block -> its last row; earlier 16-row blocks (C > 16) -> the row before r's
+        # block. Row factor 2^(G_r - G_a) <= 1 in every group.
+        h0, b0 = (r // 8) * 8, (r // 16) * 16
+        groups = [(h0, range(h0, r + 1))]
+        if h0 > b0:
+            groups.append((h0, range(b0, h0)))
+        if b0 > 0:
+            groups.append((b0, range(0, b0)))
+        for ai, cols in groups:
+            cols = np.array(cols)
+            fr = np.exp(G[r] - Gx[ai])
+            with np.errstate(over="ignore"):
+                fs = np.exp(Gx[ai] - G[cols])
+            bad = ~(fs <= 2.0**100).all(axis=1)  # span over the clamp (or inf)
+            fs[bad] = 0
+            kr = (kc[r] * fr).astype(f)[None]
+            qr = (qc[r] * fr).astype(f)[None]
+            ks = (kc[cols] * fs).astype(f)
+            ap = mm(kr, ks.T, modes["intra"])[0]
+            aq = mm(qr, ks.T, modes["intra"])[0]
+            for x, sc in enumerate(cols):
+                if bad[x]:
+                    e = np.exp(G[r] - G[sc])  # the exact-rows fallback: f32 pairs
+                    ap[x] = np.dot((kc[r] * e).astype(f), kc[sc])
+                    aq[x] = np.dot((qc[r] * e).astype(f), kc[sc])
+            low = cols < r
+            Ap[r, cols[low]] = ap[low]
+            Aqk[r, cols] = aq
+    Aqk *= f(scale)
+    Nm = np.tril(bc[:, None] * Ap, -1)
+    inv = np.zeros((n, n), f)  # (I + N)^-1 by forward substitution in f32 ...
+    for r in range(n):
+        inv[r, r] = 1
+        for s in range(r):
+            inv[r] -= Nm[r, s] * inv[s]
+    if n > 16 and modes.get("solve", "f32") != "f32":
+        # ... or by 16 x 16 blocks: diagonal blocks as above (each block only depends on
+        # itself), off-diagonal X_ij = -X_ii sum_{j <= m < i} N_im X_mj with MMA products
+        nb = (n + 15) // 16
+        blk = [slice(16 * b, min(16 * b + 16, n)) for b in range(nb)]
+        for i in range(nb):
+            for j in range(i - 1, -1, -1):
+                acc = np.zeros((blk[i].stop - blk[i].start, blk[j].stop - blk[j].start), f)
+                for m in range(j, i):
+                    acc += mm(Nm[blk[i], blk[m]], inv[blk[m], blk[j]], modes["solve"])
+                inv[blk[i], blk[j]] = -mm(inv[blk[i], blk[i]], acc, modes["solve"])
+    Tb = (inv * bc[None, :]).astype(f)
+    kw = kc * np.exp(G)
+    W = mm(Tb, kw, modes["wu"])
+    U = mm(Tb, vc, modes["wu"])
+    qs = f(scale) * qc * np.exp(G)
+    ke = kc * np.exp(G[-1] - G)
+    return W, U, qs, Aqk, ke, np.exp(G[-1])
+
+
+def chunk_step(S, ops, modes):
+    """One chunk of the scan on state S (K x columns): returns (out rows, next S)."""
+    f = np.float32
+    W, U, qs, Aqk, ke, dC = ops
+    Vn = (U - mm(W, S, modes["ws"])).astype(f)
+    o = mm(qs, S, modes["qs"]) + mm(Aqk, Vn, modes["av"])
+    return o, (dC[:, None] * S + mm(ke.T, Vn, modes["su"])).astype(f)
+
+
+def chunked(q, k, v, a, beta, S0, scale, C, modes, seg=0):
+    """The chunked form with f32 state and the operand roundings of `modes`. seg > 0: split T into
+    segments of `seg` tokens (a multiple of C) run independently from a zero state with the
+    augmented state [S | X], X0 = I (K x K), so each segment yields its zero-state outputs and
+    final state, its transition A = X_end and its output map O_X (tokens x K); then the segments'
+    initial states by the sequential combine S_in' = A S_in + S_end (mode "combine") and the
+    outputs o = o_zero + O_X S_in (mode "fix")."""
     f = np.float32
     q, k, v, a, beta = (np.asarray(x, f) for x in (q, k, v, a, beta))
     T = q.shape[0]
-    S = np.asarray(S0, f)
     out = np.zeros((T, V), f)
-    for c0 in range(0, T, C):
-        n = min(C, T - c0)
-        qc, kc, vc, bc = q[c0 : c0 + n], k[c0 : c0 + n], v[c0 : c0 + n], beta[c0 : c0 + n]
-        G = np.cumsum(a[c0 : c0 + n], axis=0).astype(f)  # natural-log cumulative decay, <= 0
-        Ap = np.zeros((n, n), f)
-        Aqk = np.zeros((n, n), f)
-        Gx = np.vstack([np.zeros((1, K), f), G])  # Gx[r + 1] = G[r]; Gx[0] = chunk start
-        for r in range(n):
-            # Column groups sharing an anchor (a Gx index): the same 8-row half -> the row before
-            # the half (column factor >= 1, span clamp as on the GPU); the other half of the same
-            # 16-row block -> its last row; earlier 16-row blocks (C > 16) -> the row before r's
-            # block. Row factor 2^(G_r - G_a) <= 1 in every group.
-            h0, b0 = (r // 8) * 8, (r // 16) * 16
-            groups = [(h0, range(h0, r + 1))]
-            if h0 > b0:
-                groups.append((h0, range(b0, h0)))
-            if b0 > 0:
-                groups.append((b0, range(0, b0)))
-            for ai, cols in groups:
-                cols = np.array(cols)
-                fr = np.exp(G[r] - Gx[ai])
-                with np.errstate(over="ignore"):
-                    fs = np.exp(Gx[ai] - G[cols])
-                bad = ~(fs <= 2.0**100).all(axis=1)  # span over the clamp (or inf)
-                fs[bad] = 0
-                kr = (kc[r] * fr).astype(f)[None]
-                qr = (qc[r] * fr).astype(f)[None]
-                ks = (kc[cols] * fs).astype(f)
-                ap = mm(kr, ks.T, modes["intra"])[0]
-                aq = mm(qr, ks.T, modes["intra"])[0]
-                for x, sc in enumerate(cols):
-                    if bad[x]:
-                        e = np.exp(G[r] - G[sc])  # the exact-rows fallback: f32 pairs
-                        ap[x] = np.dot((kc[r] * e).astype(f), kc[sc])
-                        aq[x] = np.dot((qc[r] * e).astype(f), kc[sc])
-                low = cols < r
-                Ap[r, cols[low]] = ap[low]
-                Aqk[r, cols] = aq
-        Aqk *= f(scale)
-        Nm = np.tril(bc[:, None] * Ap, -1)
-        inv = np.zeros((n, n), f)  # (I + N)^-1 by forward substitution in f32 ...
-        for r in range(n):
-            inv[r, r] = 1
-            for s in range(r):
-                inv[r] -= Nm[r, s] * inv[s]
-        if n > 16 and modes.get("solve", "f32") != "f32":
-            # ... or by 16 x 16 blocks: diagonal blocks as above (each block only depends on
-            # itself), off-diagonal X_ij = -X_ii sum_{j <= m < i} N_im X_mj with MMA products
-            nb = (n + 15) // 16
-            blk = [slice(16 * b, min(16 * b + 16, n)) for b in range(nb)]
-            for i in range(nb):
-                for j in range(i - 1, -1, -1):
-                    acc = np.zeros((blk[i].stop - blk[i].start, blk[j].stop - blk[j].start), f)
-                    for m in range(j, i):
-                        acc += mm(Nm[blk[i], blk[m]], inv[blk[m], blk[j]], modes["solve"])
-                    inv[blk[i], blk[j]] = -mm(inv[blk[i], blk[i]], acc, modes["solve"])
-        Tb = (inv * bc[None, :]).astype(f)
-        kw = kc * np.exp(G)
-        W = mm(Tb, kw, modes["wu"])
-        U = mm(Tb, vc, modes["wu"])
-        Vn = (U - mm(W, S, modes["ws"])).astype(f)
-        qs = f(scale) * qc * np.exp(G)
-        out[c0 : c0 + n] = mm(qs, S, modes["qs"]) + mm(Aqk, Vn, modes["av"])
-        ke = kc * np.exp(G[-1] - G)
-        S = (np.exp(G[-1])[:, None] * S + mm(ke.T, Vn, modes["su"])).astype(f)
-    return out, S
+    chunks = [(c0, min(C, T - c0)) for c0 in range(0, T, C)]
+    if not seg:
+        S = np.asarray(S0, f)
+        for c0, n in chunks:
+            out[c0 : c0 + n], S = chunk_step(
+                S, chunk_operands(q, k, v, a, beta, scale, c0, n, modes), modes
+            )
+        return out, S
+    per = seg // C
+    S_in = np.asarray(S0, f)
+    for s0 in range(0, len(chunks), per):  # pass 1 per segment (parallel on a GPU), then combine
+        aug = np.hstack([np.zeros((K, V), f), np.eye(K, dtype=f)])
+        o_aug = []
+        for c0, n in chunks[s0 : s0 + per]:
+            W, U, qs, Aqk, ke, dC = chunk_operands(q, k, v, a, beta, scale, c0, n, modes)
+            U_aug = np.hstack([U, np.zeros((n, K), f)])
+            o, aug = chunk_step(aug, (W, U_aug, qs, Aqk, ke, dC), modes)
+            o_aug.append((c0, n, o))
+        for c0, n, o in o_aug:  # pass 3 for this segment, now that S_in is known
+            out[c0 : c0 + n] = o[:, :V] + mm(o[:, V:], S_in, modes.get("fix", "f32"))
+        S_in = (mm(aug[:, V:], S_in, modes.get("combine", "f32")) + aug[:, :V]).astype(f)
+    return out, S_in
 
 
 def rms_rel(x, ref):
@@ -222,6 +258,39 @@ CONFIGS = {
         64,
         dict(intra="bf16", wu="bf16", ws="bf16", qs="bf16", av="bf16", su="bf16"),
     ),
+    "C64 split-T, 256-token segments, combine / fix f32": (
+        64,
+        dict(intra="tf32", wu="bf16x3", ws="tf32", qs="tf32", av="tf32", su="bf16x3"),
+        256,
+    ),
+    "C64 split-T, 256-token segments, combine / fix tf32": (
+        64,
+        dict(
+            intra="tf32",
+            wu="bf16x3",
+            ws="tf32",
+            qs="tf32",
+            av="tf32",
+            su="bf16x3",
+            combine="tf32",
+            fix="tf32",
+        ),
+        256,
+    ),
+    "C64 split-T, 256-token segments, combine / fix bf16x3": (
+        64,
+        dict(
+            intra="tf32",
+            wu="bf16x3",
+            ws="tf32",
+            qs="tf32",
+            av="tf32",
+            su="bf16x3",
+            combine="bf16x3",
+            fix="bf16x3",
+        ),
+        256,
+    ),
 }
 
 
@@ -250,11 +319,11 @@ def main():
         + " | ".join(f"{data[c][2]:.2e} / -" for c in cases)
         + " |"
     )
-    for name, (C, modes) in CONFIGS.items():
+    for name, (C, modes, *seg) in CONFIGS.items():
         cells = []
         for cname in cases:
             x, ref, _ = data[cname]
-            o, s = chunked(*x, scale, C, modes)
+            o, s = chunked(*x, scale, C, modes, *seg)
             ob = bf16(o).astype(np.float64)  # the kernel writes bf16 out
             cells.append(f"{rms_rel(ob, ref[0]):.2e} / {rms_rel(s.astype(np.float64), ref[1]):.2e}")
         print(f"| {name} | " + " | ".join(cells) + " |", flush=True)
