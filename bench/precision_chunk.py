@@ -222,73 +222,33 @@ def make_case(name, T, rng):
     return qn, kn, v, a, beta, S0
 
 
-CONFIGS = {
-    "C16 kept GPU (tf32; W/U, state update bf16x3)": (
-        16,
-        dict(intra="tf32", wu="bf16x3", ws="tf32", qs="tf32", av="tf32", su="bf16x3"),
-    ),
-    "C64 same precisions": (
-        64,
-        dict(intra="tf32", wu="bf16x3", ws="tf32", qs="tf32", av="tf32", su="bf16x3"),
-    ),
-    "C64 same, Tb by 16-blocks, tf32 products": (
-        64,
-        dict(intra="tf32", solve="tf32", wu="bf16x3", ws="tf32", qs="tf32", av="tf32", su="bf16x3"),
-    ),
-    "C64 same, Tb by 16-blocks, bf16x3 products": (
-        64,
-        dict(
-            intra="tf32", solve="bf16x3", wu="bf16x3", ws="tf32", qs="tf32", av="tf32", su="bf16x3"
-        ),
-    ),
-    "C64 all tf32": (64, dict(intra="tf32", wu="tf32", ws="tf32", qs="tf32", av="tf32", su="tf32")),
-    "C64 + W.S bf16x3": (
-        64,
-        dict(intra="tf32", wu="bf16x3", ws="bf16x3", qs="tf32", av="tf32", su="bf16x3"),
-    ),
-    "C64 bf16x3 everywhere": (
-        64,
-        dict(intra="bf16x3", wu="bf16x3", ws="bf16x3", qs="bf16x3", av="bf16x3", su="bf16x3"),
-    ),
-    "C64 bf16, state update bf16x3": (
-        64,
-        dict(intra="bf16", wu="bf16", ws="bf16", qs="bf16", av="bf16", su="bf16x3"),
-    ),
-    "C64 all bf16 (fla-like)": (
-        64,
-        dict(intra="bf16", wu="bf16", ws="bf16", qs="bf16", av="bf16", su="bf16"),
-    ),
-    "C64 split-T, 256-token segments, combine / fix f32": (
-        64,
-        dict(intra="tf32", wu="bf16x3", ws="tf32", qs="tf32", av="tf32", su="bf16x3"),
-        256,
-    ),
+# The kept GPU recipe: tf32 except the split-bf16 W / U and state update.
+KEPT = dict(intra="tf32", wu="bf16x3", ws="tf32", qs="tf32", av="tf32", su="bf16x3")
+
+
+def every(mode):
+    return dict.fromkeys(("intra", "wu", "ws", "qs", "av", "su"), mode)
+
+
+CONFIGS = {  # name: (C, modes[, split-T segment tokens])
+    "C16 kept GPU (tf32; W/U, state update bf16x3)": (16, KEPT),
+    "C64 same precisions": (64, KEPT),
+    "C64 same, Tb by 16-blocks, tf32 products": (64, {**KEPT, "solve": "tf32"}),
+    "C64 same, Tb by 16-blocks, bf16x3 products": (64, {**KEPT, "solve": "bf16x3"}),
+    "C64 all tf32": (64, every("tf32")),
+    "C64 + W.S bf16x3": (64, {**KEPT, "ws": "bf16x3"}),
+    "C64 bf16x3 everywhere": (64, every("bf16x3")),
+    "C64 bf16, state update bf16x3": (64, {**every("bf16"), "su": "bf16x3"}),
+    "C64 all bf16 (fla-like)": (64, every("bf16")),
+    "C64 split-T, 256-token segments, combine / fix f32": (64, KEPT, 256),
     "C64 split-T, 256-token segments, combine / fix tf32": (
         64,
-        dict(
-            intra="tf32",
-            wu="bf16x3",
-            ws="tf32",
-            qs="tf32",
-            av="tf32",
-            su="bf16x3",
-            combine="tf32",
-            fix="tf32",
-        ),
+        {**KEPT, "combine": "tf32", "fix": "tf32"},
         256,
     ),
     "C64 split-T, 256-token segments, combine / fix bf16x3": (
         64,
-        dict(
-            intra="tf32",
-            wu="bf16x3",
-            ws="tf32",
-            qs="tf32",
-            av="tf32",
-            su="bf16x3",
-            combine="bf16x3",
-            fix="bf16x3",
-        ),
+        {**KEPT, "combine": "bf16x3", "fix": "bf16x3"},
         256,
     ),
 }
