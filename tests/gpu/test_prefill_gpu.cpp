@@ -609,12 +609,8 @@ TEST(PrefillGpu, BoundaryStatesArePrefixStates) {
   EXPECT_LE(es.rms_rel, kStateTol) << es << "  " << p.describe();
 }
 
-// Captured into a CUDA graph (no allocation, no sync inside), replay == direct run.
-TEST(PrefillGpu, GraphCapture) {
-  FASTKDA_REQUIRE_GPU();
-  Case c;
-  c.seqlens = {50, 0, 200};
-  c.HV = 2;
+// Captured into a CUDA graph (no allocation, no sync inside), replay == direct run, bit for bit.
+void check_graph_capture(const Case& c) {
   Problem p(c);
   DeviceInputs d(p);
   const Result direct = run_gpu(p, d);
@@ -649,6 +645,134 @@ TEST(PrefillGpu, GraphCapture) {
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(s);
+}
+
+TEST(PrefillGpu, GraphCapture) {
+  FASTKDA_REQUIRE_GPU();
+  Case c;
+  c.seqlens = {50, 0, 200};
+  c.HV = 2;
+  check_graph_capture(c);
+}
+
+// Sets an environment override for one scope (the launch plan knobs of launch.cu).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() { unsetenv(name_); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+};
+
+// Split T (pass 1: segment end states from zero and transitions from identity rows; combine;
+// pass 2: outputs from the combined start states). FASTKDA_PREFILL_SEG forces the segment length
+// so that small cases take every path: one, two and many segments, segments shorter than a
+// sequence's tail, empty and 1-token sequences, pools with -1 indices in place, boundary states,
+// bf16 / K-first states, gates of -1000 and collinear keys; against the oracle with the same bounds.
+TEST(PrefillGpu, SplitT) {
+  FASTKDA_REQUIRE_GPU();
+  for (int seg : {64, 128, 192}) {
+    ScopedEnv env("FASTKDA_PREFILL_SEG", std::to_string(seg));
+    const std::string tag = " seg" + std::to_string(seg);
+    {
+      Case c;
+      c.B = 2, c.T = 1000, c.H = 2, c.HV = 4;
+      check_against_oracle(Problem(c), ("split T=1000" + tag).c_str());
+    }
+    {
+      Case c;
+      c.seqlens = {0, 1, 17, 0, 100, 64, 1, 33, 500, 129};
+      c.cu_i64 = true, c.H = 2, c.HV = 4;
+      check_against_oracle(Problem(c), ("split varlen" + tag).c_str());
+    }
+    {
+      Case c;
+      c.seqlens = {5, 0, 700, 16, 1, 300};
+      c.pool = true, c.in_place = true, c.HV = 4;
+      check_against_oracle(Problem(c), ("split pool" + tag).c_str());
+    }
+    {
+      Case c;
+      c.seqlens = {0, 1, 64, 65, 300, 0, 128, 640};
+      c.H = 1, c.HV = 2, c.cu_host = true;
+      c.boundary = true, c.boundary_dtype = DType::kBF16, c.layout = StateLayout::kKFirst;
+      c.final_dtype = DType::kBF16;
+      check_against_oracle(Problem(c), ("split boundary" + tag).c_str());
+    }
+    {
+      Case c;
+      c.T = 700, c.gate = GateMode::kSoftplus, c.extreme_gates = 0.1, c.HV = 4;
+      check_against_oracle(Problem(c), ("split softplus -1000" + tag).c_str());
+    }
+    {
+      Case c;
+      c.T = 500, c.collinear = true;
+      check_against_oracle(Problem(c), ("split collinear" + tag).c_str());
+    }
+  }
+  for (const char* vs : {"2", "4"}) {  // the other value splits (kVs = 64, 32) in both passes
+    ScopedEnv env("FASTKDA_PREFILL_SEG", "128"), env_vs("FASTKDA_PREFILL_VSPLIT", vs);
+    Case c;
+    c.seqlens = {0, 1, 17, 400, 64, 333};
+    c.H = 2, c.HV = 4, c.pool = true, c.boundary = false;
+    check_against_oracle(Problem(c), (std::string("split vsplit ") + vs).c_str());
+  }
+  {
+    ScopedEnv env("FASTKDA_PREFILL_SEG", "2048");
+    Case c;
+    c.T = 65536, c.H = 1, c.HV = 1, c.g_dtype = DType::kBF16;
+    check_against_oracle(Problem(c), "split T=65536 seg2048");
+  }
+}
+
+// Split T keeps the invariants: causal bit for bit, bitwise reruns, CUDA-graph capture, and the
+// workspace it asks for (chunk slots, then 128 KiB per segment slot and value head).
+TEST(PrefillGpu, SplitTInvariants) {
+  FASTKDA_REQUIRE_GPU();
+  ScopedEnv env("FASTKDA_PREFILL_SEG", "64");
+  {
+    Case c;
+    c.T = 300, c.gate = GateMode::kSoftplus, c.extreme_gates = 0.05;
+    Problem p(c);
+    const Result a = run_gpu(p, DeviceInputs(p));
+    const int64_t t0 = 150;  // in the third segment, mid-chunk
+    Problem p2 = p;
+    std::mt19937_64 rng(p.seed + 1);
+    std::normal_distribution<float> normal(0.f, 1.f);
+    for (int64_t t = t0 + 1; t < p.rows; ++t) {
+      for (int64_t i = 0; i < p.k_stride; ++i) p2.k.set(size_t(t * p.k_stride + i), normal(rng));
+      for (int64_t i = 0; i < p.v_stride; ++i) p2.v.set(size_t(t * p.v_stride + i), normal(rng));
+      for (int64_t i = 0; i < p.g_stride; ++i)
+        p2.g.set(size_t(t * p.g_stride + i), 20.f * normal(rng));
+    }
+    const Result b = run_gpu(p2, DeviceInputs(p2));
+    const size_t prefix = size_t((t0 + 1) * p.c.HV * kV);
+    EXPECT_TRUE(std::equal(a.out.h.begin(), a.out.h.begin() + prefix, b.out.h.begin()))
+        << "split T: rows <= " << t0 << " changed with later rows  " << p.describe();
+    const Result a2 = run_gpu(p, DeviceInputs(p));
+    EXPECT_TRUE(a.out.same_bits(a2.out) && a.state.same_bits(a2.state))
+        << "split T: reruns differ  " << p.describe();
+  }
+  Case c;
+  c.seqlens = {50, 0, 200, 1};
+  c.HV = 2;
+  Problem p(c);
+  DeviceInputs d(p);
+  fastkda::ForwardParams f =
+      p.params({d.q.get(), d.k.get(), d.v.get(), d.g.get(), d.beta.get(), d.cu.get(), nullptr,
+                nullptr, nullptr, nullptr, nullptr, nullptr},
+               fastkda::Device::kCUDA);
+  DeviceBuf out(p.out_elems() * 2);
+  f.out = out.get();
+  const size_t tokens = 251, n = 4;
+  const size_t chunk_bytes = ((tokens / 16 + n) * f.HV * 2048 + 255) / 256 * 256;
+  EXPECT_EQ(fastkda::forward_workspace_size(f), chunk_bytes + (tokens / 64 + n) * f.HV * 131072);
+  check_graph_capture(c);
 }
 
 }  // namespace

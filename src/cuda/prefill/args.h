@@ -8,6 +8,15 @@ namespace fastkda::prefill_cuda {
 enum class Gate : int { kBounded = 0, kSoftplus = 1, kPreGated = 2 };    // == GateMode
 enum class BetaAct : int { kSigmoid = 0, kGiven = 1, kTwoSigmoid = 2 };  // == BetaMode
 
+// Which launch of the scan kernel (split.cuh, docs/prefill.md "Split T"): the whole sequence per
+// CTA, or the two passes of the split-T scan around combine_kernel.
+enum class Pass : int {
+  kWhole = 0,        // one CTA walks all chunks of its sequence
+  kTransitions = 1,  // per segment: end state from zero and the K x K transition (from identity);
+                     // segment 0 runs from the initial state and writes its outputs
+  kOutputs = 2,      // segments >= 1 from their combined start states: outputs, final state
+};
+
 struct PrefillArgs {
   const uint16_t* q;  // [B*T, q_stride] bf16, head h at h*K
   const uint16_t* k;  // [B*T, k_stride] bf16
@@ -30,6 +39,9 @@ struct PrefillArgs {
   int64_t T;         // tokens per batch row (fixed-length)
   int H, HV, group;  // group = HV / H
   int vsplit;        // CTAs per (sequence, value head), each kV / vsplit columns
+  Pass pass;
+  int seg_chunks;    // split T: chunks per segment (0 with Pass::kWhole)
+  float* seg_ws;     // split T: [segment slots, HV, kSegFloats] (config.h)
   Gate gate;
   BetaAct beta_act;
   float lower_bound_log2;  // lambda * log2(e)

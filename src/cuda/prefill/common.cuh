@@ -28,10 +28,39 @@ __device__ __forceinline__ int64_t load_cu(const PrefillArgs& a, int64_t n) {
 __device__ __forceinline__ int64_t seq_begin(const PrefillArgs& a, int64_t n) {
   return a.cu_seqlens ? load_cu(a, n) : n * a.T;
 }
-// First workspace chunk slot of sequence n (strictly increasing in n, see config.h).
-__device__ __forceinline__ int64_t slot_base(int64_t bos, int64_t n) { return bos / kC + n; }
+// First workspace slot of sequence n when a slot holds slot_tokens tokens (kC: chunk slots;
+// seg_chunks * kC: split-T segment slots). Strictly increasing in n, see config.h.
+__device__ __forceinline__ int64_t slot_base(int64_t bos, int64_t n, int64_t slot_tokens = kC) {
+  return bos / slot_tokens + n;
+}
 __device__ __forceinline__ float* chunk_ws(const PrefillArgs& a, int64_t slot, int hv) {
   return a.ws + (slot * a.HV + hv) * kWsFloats;
+}
+// Split T: E and M of segment slot `slot` (config.h).
+__device__ __forceinline__ float* seg_end(const PrefillArgs& a, int64_t slot, int hv) {
+  return a.seg_ws + (slot * a.HV + hv) * kSegFloats;
+}
+__device__ __forceinline__ float* seg_transition(const PrefillArgs& a, int64_t slot, int hv) {
+  return seg_end(a, slot, hv) + kV * kK;
+}
+
+__device__ __forceinline__ int64_t seq_end(const PrefillArgs& a, int64_t n, int64_t bos) {
+  return a.cu_seqlens ? load_cu(a, n + 1) : bos + a.T;
+}
+
+// Sequence owning slot `slot` (largest n with slot_base(n) <= slot; slots before the first
+// sequence give n = 0 and a negative offset, which callers skip).
+__device__ __forceinline__ int64_t slot_sequence(const PrefillArgs& a, int64_t slot,
+                                                 int64_t slot_tokens = kC) {
+  int64_t lo = 0, hi = a.num_seq - 1;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    if (slot_base(seq_begin(a, mid), mid, slot_tokens) <= slot)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
 }
 
 __device__ __forceinline__ float beta_activation(const PrefillArgs& a, float b) {

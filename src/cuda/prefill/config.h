@@ -27,6 +27,14 @@ static_assert(kPrepThreads == kK, "prepare threads own one key column each");
 constexpr int kWsFloats = 2 * kC * kC;
 constexpr size_t kWsBytes = kWsFloats * sizeof(float);
 
+// Split T (split.cuh): segment j of sequence n has segment slot bos_n / (seg_chunks kC) + n + j
+// (the chunk-slot rule with longer slots). Per segment slot and value head, f32, V-first rows:
+//   E (kV x kK)  the segment's end state from a zero start (segment 0: from the true start
+//                state); combine_kernel overwrites it with the true start state of segment j + 1;
+//   M (kK x kK)  the segment's transition, S_end^T = S_start^T M + E^T (the scan of identity rows).
+constexpr int kSegFloats = 2 * kK * kV;
+constexpr size_t kSegBytes = kSegFloats * sizeof(float);
+
 // Prepare groups in the scan kernel: each alternates chunks with the others (group p: chunks
 // p, p + G, ...), owns two raw stages (next chunk loads while it works) and one scan stage.
 // kVs = 128: 2 groups + 8 scan warps = 512 threads (128 registers); kVs = 64: 2 groups + 4 scan

@@ -13,19 +13,6 @@
 
 namespace fastkda::prefill_cuda {
 
-// Sequence owning chunk slot `slot` (largest n with slot_base(n) <= slot).
-__device__ __forceinline__ int64_t slot_sequence(const PrefillArgs& a, int64_t slot) {
-  int64_t lo = 0, hi = a.num_seq - 1;
-  while (lo < hi) {
-    const int64_t mid = (lo + hi + 1) / 2;
-    if (slot_base(seq_begin(a, mid), mid) <= slot)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  return lo;
-}
-
 __global__ void __launch_bounds__(kPrepThreads, kIntraCtasPerSm)
     intra_kernel(const __grid_constant__ PrefillArgs a) {
   extern __shared__ __align__(128) unsigned char smem_bytes[];
@@ -36,7 +23,7 @@ __global__ void __launch_bounds__(kPrepThreads, kIntraCtasPerSm)
 
   const int64_t n = slot_sequence(a, slot);
   const int64_t bos = seq_begin(a, n);
-  const int64_t eos = a.cu_seqlens ? load_cu(a, n + 1) : bos + a.T;
+  const int64_t eos = seq_end(a, n, bos);
   const int64_t c = slot - slot_base(bos, n);
   const int64_t tok0 = bos + c * kC;
   if (c < 0 || tok0 >= eos) return;  // a slot before the first sequence or past a sequence's end

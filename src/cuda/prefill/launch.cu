@@ -1,9 +1,11 @@
 // Host side of the chunked prefill: CUDA preconditions (on top of validate()), PrefillArgs from
-// ForwardParams, the value-split choice and the launch on params.stream. No allocation, no host
-// synchronisation (CUDA-graph capturable). Two launches on the stream: intra_kernel (chunk-parallel
-// Tb and A_qk into the caller's workspace), then prefill_kernel (the scan).
+// ForwardParams, the plan (value split, split T) and the launches on params.stream. No allocation,
+// no host synchronisation (CUDA-graph capturable). intra_kernel (chunk-parallel Tb and A_qk into
+// the caller's workspace), then prefill_kernel (the scan) once, or for split T twice around
+// combine_kernel (split.cuh).
 #include <cuda_runtime_api.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 
@@ -13,6 +15,7 @@
 #include "cuda/prefill/config.h"
 #include "cuda/prefill/intra_kernel.cuh"
 #include "cuda/prefill/prefill_kernel.cuh"
+#include "cuda/prefill/split.cuh"
 
 namespace fastkda::cuda {
 
@@ -96,15 +99,64 @@ int sm_count(int device) {
 
 // CTAs per (sequence, value head): split V (one CTA per SM) only while the grid still fits in
 // one wave, at most 4 ways (each CTA repeats the light prepare work of its head).
-// FASTKDA_PREFILL_VSPLIT=1|2|4 overrides it (benchmarks).
-int choose_vsplit(int64_t heads_total, int sms) {
+// FASTKDA_PREFILL_VSPLIT=1|2|4 overrides it (benchmarks, tests).
+int env_vsplit() {
   if (const char* env = std::getenv("FASTKDA_PREFILL_VSPLIT")) {
     const int v = std::atoi(env);
     if (v == 1 || v == 2 || v == 4) return v;
   }
+  return 0;
+}
+
+int choose_vsplit(int64_t heads_total, int sms) {
+  if (const int v = env_vsplit()) return v;
   if (4 * heads_total <= sms) return 4;
   if (2 * heads_total <= sms) return 2;
   return 1;
+}
+
+// The launch plan: value split and split T (segments of seg_chunks chunks; 0: none).
+struct Plan {
+  int vsplit = 1;
+  int seg_chunks = 0;
+};
+
+// Split T pays when there are too few (sequence, head) pairs to fill the GPU and the sequences are
+// long. Cost model from the measured time of one 16-token chunk of a scan CTA with kVs value rows
+// (one CTA per SM, docs/prefill.md): ~1.8 / 2.1 / 3.0 us for kVs = 32 / 64 / 128. Unsplit: one
+// CTA walks all chunks. Split into nseg segments of kVs = 128 CTAs: pass 1 runs heads x (2 nseg -
+// 3) CTAs without outputs (~0.85 of a chunk's time), pass 2 heads x (nseg - 1) CTAs, in whole waves,
+// plus ~3 us per segment to combine. Lengths are known only on average for varlen (cu_seqlens stays
+// on the device). FASTKDA_PREFILL_SEG=<tokens, a multiple of 64> forces a segment length, 0 none.
+Plan choose_plan(const ForwardParams& p, int64_t num_seq, int sms) {
+  Plan plan;
+  const int64_t heads = num_seq * p.HV;
+  plan.vsplit = choose_vsplit(heads, sms);
+  if (num_seq <= 0) return plan;
+  const int64_t interval = ForwardParams::kBoundaryInterval;
+  if (const char* env = std::getenv("FASTKDA_PREFILL_SEG")) {
+    const int64_t tokens = std::atoll(env);
+    FASTKDA_CHECK(tokens >= 0 && tokens % interval == 0 && tokens <= (int64_t(1) << 24),
+                  "FASTKDA_PREFILL_SEG: expected 0 or a multiple of ", interval,
+                  " tokens up to 2^24, got ", env);
+    plan.seg_chunks = int(tokens / prefill_cuda::kC);
+    if (plan.seg_chunks > 0 && !env_vsplit()) plan.vsplit = 1;
+    return plan;
+  }
+  const double chunks = double(p.B * p.T) / double(num_seq) / prefill_cuda::kC;  // per sequence
+  auto waves = [&](int64_t ctas) { return double((ctas + sms - 1) / sms); };
+  auto chunk_us = [](int vsplit) { return vsplit == 4 ? 1.8 : vsplit == 2 ? 2.1 : 3.0; };
+  const double whole = waves(heads * plan.vsplit) * chunks * chunk_us(plan.vsplit);
+  double best = 0.8 * whole;  // split only for a clear gain
+  for (int seg_tokens : {512, 1024, 2048, 4096, 8192}) {
+    const int seg_chunks = seg_tokens / prefill_cuda::kC;
+    const int64_t nseg = int64_t(std::ceil(chunks / seg_chunks));
+    if (nseg < 3) continue;
+    const double t = waves(heads * (2 * nseg - 3)) * seg_chunks * 0.85 * chunk_us(1) +
+                     waves(heads * (nseg - 1)) * seg_chunks * chunk_us(1) + 3.0 * double(nseg);
+    if (t < best) best = t, plan.seg_chunks = seg_chunks, plan.vsplit = 1;
+  }
+  return plan;
 }
 
 template <int kVs>
@@ -118,11 +170,38 @@ void launch(const PrefillArgs& a, int64_t ctas, cudaStream_t stream) {
   FASTKDA_CUDA_CHECK(cudaGetLastError());
 }
 
-// Chunk slots of the workspace (config.h): slot_base(N) = total tokens / kC + N.
-int64_t chunk_slots(const ForwardParams& p) {
+void launch_scan(const PrefillArgs& a, int64_t ctas, cudaStream_t stream) {
+  switch (a.vsplit) {
+    case 1:
+      launch<128>(a, ctas, stream);
+      break;
+    case 2:
+      launch<64>(a, ctas, stream);
+      break;
+    default:
+      launch<32>(a, ctas, stream);
+      break;
+  }
+}
+
+// Slots of slot_tokens tokens (config.h): slot_base(N) = total tokens / slot_tokens + N.
+int64_t slots_of(const ForwardParams& p, int64_t slot_tokens) {
   const int64_t n = num_sequences(p);
   if (n <= 0 || p.B <= 0 || p.T < 0) return 0;
-  return p.B * p.T / prefill_cuda::kC + n;
+  return p.B * p.T / slot_tokens + n;
+}
+int64_t chunk_slots(const ForwardParams& p) { return slots_of(p, prefill_cuda::kC); }
+
+// Bytes of the workspace: chunk slots (Tb, A_qk), then the split-T segment slots (E, M).
+size_t chunk_ws_bytes(const ForwardParams& p) {
+  const size_t bytes =
+      size_t(chunk_slots(p)) * size_t(p.HV > 0 ? p.HV : 0) * prefill_cuda::kWsBytes;
+  return (bytes + 255) / 256 * 256;
+}
+size_t seg_ws_bytes(const ForwardParams& p, const Plan& plan) {
+  if (plan.seg_chunks == 0) return 0;
+  return size_t(slots_of(p, int64_t(plan.seg_chunks) * prefill_cuda::kC)) *
+         size_t(p.HV > 0 ? p.HV : 0) * prefill_cuda::kSegBytes;
 }
 
 }  // namespace
@@ -130,12 +209,12 @@ int64_t chunk_slots(const ForwardParams& p) {
 // 0 for shapes the CUDA prefill rejects (prefill() then names the argument).
 size_t prefill_workspace_size(const ForwardParams& p) {
   if (p.K != prefill_cuda::kK || p.V != prefill_cuda::kV) return 0;
-  const size_t bytes =
-      size_t(chunk_slots(p)) * size_t(p.HV > 0 ? p.HV : 0) * prefill_cuda::kWsBytes;
-  return (bytes + 255) / 256 * 256;
+  const Plan plan = choose_plan(p, num_sequences(p), sm_count(p.device_index));
+  return chunk_ws_bytes(p) + seg_ws_bytes(p, plan);
 }
 
 void prefill(const ForwardParams& p) {
+  using prefill_cuda::Pass;
   const Strides s = token_strides(p);
   check_cuda_preconditions(p, s);
   const int64_t num_seq = num_sequences(p);
@@ -148,11 +227,21 @@ void prefill(const ForwardParams& p) {
   FASTKDA_CHECK(slots <= int64_t(INT32_MAX) && p.HV <= 65535,
                 "T: expected at most 2^31 - 1 chunk slots and 65535 value heads per launch, got ",
                 slots, " chunk slots x ", p.HV, " heads");
-  a.vsplit = choose_vsplit(num_seq * p.HV, sm_count(p.device_index));
-  const int64_t ctas = num_seq * p.HV * a.vsplit;
+  const Plan plan = choose_plan(p, num_seq, sm_count(p.device_index));
+  a.vsplit = plan.vsplit;
+  a.seg_chunks = plan.seg_chunks;
+  a.pass = plan.seg_chunks ? Pass::kTransitions : Pass::kWhole;
+  a.seg_ws = plan.seg_chunks
+                 ? reinterpret_cast<float*>(static_cast<char*>(p.workspace) + chunk_ws_bytes(p))
+                 : nullptr;
+  // CTAs of the scan: per sequence (or segment slot), value head and slice; pass 1 of split T
+  // has a transition slice for every value slice.
+  const int64_t units = plan.seg_chunks ? slots_of(p, int64_t(plan.seg_chunks) * prefill_cuda::kC)
+                                        : num_seq;
+  const int64_t ctas = units * p.HV * a.vsplit * (plan.seg_chunks ? 2 : 1);
   FASTKDA_CHECK(ctas <= int64_t(INT32_MAX),
-                "N * HV: expected at most 2^31 - 1 CTAs per launch, got ", num_seq, " x ", p.HV,
-                " x ", a.vsplit);
+                "N * HV: expected at most 2^31 - 1 CTAs per launch, got ", units, " x ", p.HV,
+                " x ", ctas / (units * p.HV));
   auto stream = static_cast<cudaStream_t>(p.stream);
   {
     constexpr size_t smem = prefill_cuda::intra_shared_bytes();
@@ -162,17 +251,21 @@ void prefill(const ForwardParams& p) {
                                  smem, stream>>>(a);
     FASTKDA_CUDA_CHECK(cudaGetLastError());
   }
-  switch (a.vsplit) {
-    case 1:
-      launch<128>(a, ctas, stream);
-      break;
-    case 2:
-      launch<64>(a, ctas, stream);
-      break;
-    default:
-      launch<32>(a, ctas, stream);
-      break;
+  launch_scan(a, ctas, stream);
+  if (!plan.seg_chunks) return;
+  {
+    constexpr size_t smem = prefill_cuda::combine_shared_bytes();
+    FASTKDA_CUDA_CHECK(cudaFuncSetAttribute(
+        prefill_cuda::combine_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    FASTKDA_CHECK(num_seq * p.HV <= int64_t(INT32_MAX),
+                  "N * HV: expected at most 2^31 - 1 per launch, got ", num_seq * p.HV);
+    prefill_cuda::combine_kernel<<<dim3(unsigned(num_seq * p.HV),
+                                        unsigned(prefill_cuda::kV / prefill_cuda::kCombineRows)),
+                                   prefill_cuda::kCombineThreads, smem, stream>>>(a);
+    FASTKDA_CUDA_CHECK(cudaGetLastError());
   }
+  a.pass = Pass::kOutputs;
+  launch_scan(a, ctas / 2, stream);
 }
 
 }  // namespace fastkda::cuda

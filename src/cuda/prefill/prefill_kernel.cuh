@@ -24,33 +24,114 @@
 
 namespace fastkda::prefill_cuda {
 
-// Prepare group p of kGroups: chunks p, p + kGroups, ...; its k-th chunk in raw[p][k % 2] (the
-// next one loads while it works) and scan[p].
+// What one CTA of the scan kernel does: its sequence and chunks, its slice of S^T (value rows, or
+// the key rows of a split-T transition), where its state starts and ends, and whether it writes
+// outputs. Computed once per CTA, uniformly by all threads (job_of).
+struct ScanJob {
+  int64_t n, bos, eos;  // sequence and its tokens
+  int nchunks;          // chunks of the whole sequence
+  int c0, c1;           // this CTA's chunks [c0, c1)
+  int hv;
+  int row0;        // first row of the CTA's slice of S^T (a value row, or a key row)
+  int v0;          // first value column the prepare loads (0 for transition rows: U unused)
+  bool transition;  // rows of the K x K transition: U = 0, identity start, no outputs
+  bool outputs;     // writes out and the boundary states of its chunks
+  StateRef init;    // start state (null: zeros, or the identity for transition rows)
+  StateRef end;     // where S goes after chunk c1 - 1 (null: nowhere)
+  bool valid;
+};
+
+template <int kVs>
+__device__ __forceinline__ ScanJob job_of(const PrefillArgs& a) {
+  ScanJob j{};
+  const int slices = a.pass == Pass::kTransitions ? 2 * a.vsplit : a.vsplit;
+  const int64_t cta = blockIdx.x;
+  const int slice = int(cta % slices);
+  j.hv = int((cta / slices) % a.HV);
+  const int64_t unit = cta / (int64_t(slices) * a.HV);  // sequence, or segment slot (split T)
+  const int64_t seg_tokens = int64_t(a.seg_chunks) * kC;
+  j.n = a.pass == Pass::kWhole ? unit : slot_sequence(a, unit, seg_tokens);
+  j.bos = seq_begin(a, j.n);
+  j.eos = seq_end(a, j.n, j.bos);
+  j.nchunks = j.eos > j.bos ? int((j.eos - j.bos + kC - 1) / kC) : 0;
+  j.transition = slice >= a.vsplit;
+  j.row0 = (j.transition ? slice - a.vsplit : slice) * kVs;
+  j.v0 = j.transition ? 0 : j.row0;
+
+  // The caller's start and final states (pool slot by index; an invalid index: neither).
+  int64_t slot = j.n;
+  bool use_state = true;
+  if (a.state_indices) {
+    slot = a.state_indices[j.n];
+    use_state = slot >= 0 && slot < a.num_state_slots;
+  }
+  const int64_t matrix = int64_t(kK) * kV;
+  StateRef user_init{nullptr, a.init_f32, a.k_first}, user_final{nullptr, a.final_f32, a.k_first};
+  if (use_state && a.initial_state)
+    user_init.ptr = static_cast<const char*>(a.initial_state) +
+                    (slot * a.HV + j.hv) * matrix * (a.init_f32 ? 4 : 2);
+  if (use_state && a.final_state)
+    user_final.ptr = static_cast<const char*>(a.final_state) +
+                     (slot * a.HV + j.hv) * matrix * (a.final_f32 ? 4 : 2);
+
+  if (a.pass == Pass::kWhole) {
+    j.c0 = 0, j.c1 = j.nchunks;
+    j.outputs = true, j.init = user_init, j.end = user_final, j.valid = true;
+    return j;
+  }
+  // Split T: segment `seg` of the sequence (a zero-length sequence has one, empty, segment).
+  const int64_t seg = unit - slot_base(j.bos, j.n, seg_tokens);
+  const int nseg = j.nchunks > 0 ? (j.nchunks + a.seg_chunks - 1) / a.seg_chunks : 1;
+  j.valid = seg >= 0 && seg < nseg;
+  if (!j.valid) return j;
+  j.c0 = int(seg) * a.seg_chunks;
+  j.c1 = j.c0 + a.seg_chunks < j.nchunks ? j.c0 + a.seg_chunks : j.nchunks;
+  const StateRef ws_end{seg_end(a, unit, j.hv), true, false};
+  if (a.pass == Pass::kTransitions) {
+    if (seg == 0) {  // from the true start: its outputs are final, its end state is S_in(1)
+      j.valid = !j.transition;
+      j.outputs = true, j.init = user_init, j.end = nseg == 1 ? user_final : ws_end;
+    } else {  // middle segments only (the last one's E and M are not needed)
+      j.valid = seg < nseg - 1;
+      j.outputs = false, j.init = StateRef{nullptr, true, false};
+      j.end = j.transition ? StateRef{seg_transition(a, unit, j.hv), true, false} : ws_end;
+    }
+  } else {  // Pass::kOutputs: segment >= 1 from S_in(seg), stored over E of segment seg - 1
+    j.valid = seg >= 1;
+    j.outputs = true, j.init = StateRef{seg_end(a, unit - 1, j.hv), true, false};
+    j.end = seg == nseg - 1 ? user_final : StateRef{nullptr, true, false};
+  }
+  return j;
+}
+
+// Prepare group p of kGroups: chunks c0 + p, c0 + p + kGroups, ...; its k-th chunk in
+// raw[p][k % 2] (the next one loads while it works) and scan[p].
 template <int kVs>
 __device__ __forceinline__ void prepare_role(const PrefillArgs& a, SharedPlan<kVs>& sm, int p,
-                                             int64_t n, int hv, int v0, int64_t bos, int64_t eos,
-                                             int nchunks) {
+                                             const ScanJob& job) {
   constexpr int kGroups = prep_groups<kVs>();
   constexpr int kThreads = kPrepThreads + 2 * kVs;  // one prepare group + the scan warps
   const int i = threadIdx.x - p * kPrepThreads;     // key column owned in the gate scan
+  const int hv = job.hv;
   const int h = hv / a.group;
   const int bar_prep = kBarPrep0 + p;
-  const int64_t slot0 = slot_base(bos, n);
+  const int64_t slot0 = slot_base(job.bos, job.n);
   const float bias = a.dt_bias ? a.dt_bias[int64_t(hv) * kK + i] : 0.0f;
   const float A = a.A_log ? expf(a.A_log[hv]) : 1.0f;
   auto nvalid_of = [&](int c) {
-    const int64_t left = eos - (bos + int64_t(c) * kC);
+    const int64_t left = job.eos - (job.bos + int64_t(c) * kC);
     return int(left < kC ? left : kC);
   };
   auto issue = [&](int c, int buf) {  // inputs of chunk c into raw[p][buf]; always one group
-    if (c < nchunks)
-      load_stage(a, sm.raw[p][buf], bos + int64_t(c) * kC, nvalid_of(c), slot0 + c, h, hv, v0, i);
+    if (c < job.c1)
+      load_stage(a, sm.raw[p][buf], job.bos + int64_t(c) * kC, nvalid_of(c), slot0 + c, h, hv,
+                 job.v0, i);
     device::cp_async_commit_group();
   };
 
-  issue(p, 0);
-  issue(p + kGroups, 1);
-  for (int c = p, k = 0; c < nchunks; c += kGroups, ++k) {
+  issue(job.c0 + p, 0);
+  issue(job.c0 + p + kGroups, 1);
+  for (int c = job.c0 + p, k = 0; c < job.c1; c += kGroups, ++k) {
     const int buf = k & 1;
     RawStage<kVs>& raw = sm.raw[p][buf];
     ScanStage<kVs>& sb = sm.scan[p];
@@ -60,7 +141,7 @@ __device__ __forceinline__ void prepare_role(const PrefillArgs& a, SharedPlan<kV
     float Gr[kC];
     gate_scan<false>(a, sm.norms[p], raw, nvalid_of(c), bias, A, 0.0f, i, Gr);
     device::bar_sync(bar_prep, kPrepThreads);
-    if (c >= kGroups) device::bar_sync(kBarEmpty0 + p, kThreads);  // scan done with stage p
+    if (k > 0) device::bar_sync(kBarEmpty0 + p, kThreads);  // scan done with stage p
     scan_operands(a, sm.norms[p], raw, sb, i, Gr);
     // The group's writes of stage p are complete before any of its threads signals the scan
     // (the same release pattern compute-sanitizer racecheck verifies: bar.sync, then bar.arrive),
@@ -89,58 +170,54 @@ __device__ __forceinline__ int64_t boundary_base(const PrefillArgs& a, int64_t n
 }
 
 template <int kVs>
-__device__ __forceinline__ void scan_role(const PrefillArgs& a, SharedPlan<kVs>& sm, int64_t n,
-                                          int hv, int v0, int64_t bos, int64_t eos, int nchunks) {
+__device__ __forceinline__ void scan_role(const PrefillArgs& a, SharedPlan<kVs>& sm,
+                                          const ScanJob& job) {
   constexpr int kGroups = prep_groups<kVs>();
   constexpr int kThreads = kPrepThreads + 2 * kVs;  // one prepare group + the scan warps
   const int ws = (threadIdx.x >> 5) - kPrepWarps * kGroups;
-  const int vc = 16 * ws;     // this warp's first column inside the CTA's value slice
-  const int v_row = v0 + vc;  // ... inside the head
-
-  int64_t slot = n;
-  bool use_state = true;
-  if (a.state_indices) {
-    slot = a.state_indices[n];
-    use_state = slot >= 0 && slot < a.num_state_slots;
-  }
+  const int vc = 16 * ws;          // this warp's first row inside the CTA's slice
+  const int row = job.row0 + vc;  // ... inside S^T
+  const int hv = job.hv;
   const int64_t matrix = int64_t(kK) * kV;
-  const void* init = nullptr;
-  if (use_state && a.initial_state)
-    init = static_cast<const char*>(a.initial_state) +
-           (slot * a.HV + hv) * matrix * (a.init_f32 ? 4 : 2);
+
   float S[kK / 8][4];
-  load_state(a, init, a.init_f32, v_row, S);
+  load_state(job.init, job.transition, row, S);
 
   // Boundary states: before chunk c = kBoundaryChunks * j, S is the state before token 64 j of
   // the sequence -> row base + j, j < bnd_rows. Rows >= num_boundary_states are skipped (device
   // cu_seqlens is not checked against it on the host); bnd_rows = 0 without boundary_states.
   char* bnd = nullptr;  // row base, head hv
   int bnd_rows = 0;
-  if (a.boundary_states) {
-    const int64_t base = boundary_base(a, n);
+  if (a.boundary_states && job.outputs) {
+    const int64_t base = boundary_base(a, job.n);
     const int64_t left = a.num_boundary_states - base;
-    const int want = (nchunks + kBoundaryChunks - 1) / kBoundaryChunks;
+    const int want = (job.nchunks + kBoundaryChunks - 1) / kBoundaryChunks;
     bnd_rows = left <= 0 ? 0 : (left < want ? int(left) : want);
     bnd = static_cast<char*>(a.boundary_states) +
           (base * a.HV + hv) * matrix * (a.boundary_f32 ? 4 : 2);
   }
 
-  uint16_t* out_rows = a.out + bos * a.out_stride + int64_t(hv) * kV + v_row;
-  for (int c = 0, st = 0; c < nchunks; ++c, st = st + 1 == kGroups ? 0 : st + 1) {
+  uint16_t* out_rows = a.out + job.bos * a.out_stride + int64_t(hv) * kV + row;
+  for (int c = job.c0, st = 0; c < job.c1; ++c, st = st + 1 == kGroups ? 0 : st + 1) {
     if (c % kBoundaryChunks == 0 && c / kBoundaryChunks < bnd_rows)
-      store_state(a, bnd + int64_t(c / kBoundaryChunks) * a.HV * matrix * (a.boundary_f32 ? 4 : 2),
-                  a.boundary_f32, v_row, S);
+      store_state(StateRef{bnd + int64_t(c / kBoundaryChunks) * a.HV * matrix *
+                                     (a.boundary_f32 ? 4 : 2),
+                           a.boundary_f32, a.k_first},
+                  row, S);
     device::bar_sync(kBarFull0 + st, kThreads);
-    const int nvalid = int(eos - (bos + int64_t(c) * kC) < kC ? eos - (bos + int64_t(c) * kC) : kC);
-    scan_chunk<kVs>(a, sm.scan[st], sm.ostage[ws], S, vc, out_rows + int64_t(c) * kC * a.out_stride,
-                    nvalid);
-    if (c + kGroups < nchunks) device::bar_arrive(kBarEmpty0 + st, kThreads);
+    const int nvalid =
+        int(job.eos - (job.bos + int64_t(c) * kC) < kC ? job.eos - (job.bos + int64_t(c) * kC)
+                                                        : kC);
+    if (job.outputs)
+      scan_chunk<kVs, true>(a, sm.scan[st], sm.ostage[ws], S, vc,
+                            out_rows + int64_t(c) * kC * a.out_stride, nvalid, true);
+    else
+      scan_chunk<kVs, false>(a, sm.scan[st], sm.ostage[ws], S, vc, nullptr, nvalid,
+                             !job.transition);
+    if (c + kGroups < job.c1) device::bar_arrive(kBarEmpty0 + st, kThreads);
   }
 
-  if (use_state && a.final_state)
-    store_state(
-        a, static_cast<char*>(a.final_state) + (slot * a.HV + hv) * matrix * (a.final_f32 ? 4 : 2),
-        a.final_f32, v_row, S);
+  if (job.end.ptr) store_state(job.end, row, S);
 }
 
 template <int kVs>
@@ -148,20 +225,12 @@ __global__ void __launch_bounds__(block_threads<kVs>(), 1)
     prefill_kernel(const __grid_constant__ PrefillArgs a) {
   extern __shared__ __align__(128) unsigned char smem_bytes[];
   auto& sm = *reinterpret_cast<SharedPlan<kVs>*>(smem_bytes);
-
-  const int64_t cta = blockIdx.x;
-  const int split = int(cta % a.vsplit);
-  const int hv = int((cta / a.vsplit) % a.HV);
-  const int64_t n = cta / (int64_t(a.vsplit) * a.HV);
-  const int64_t bos = seq_begin(a, n);
-  const int64_t eos = a.cu_seqlens ? load_cu(a, n + 1) : bos + a.T;
-  const int nchunks = eos > bos ? int((eos - bos + kC - 1) / kC) : 0;
-  const int v0 = split * kVs;
-
+  const ScanJob job = job_of<kVs>(a);
+  if (!job.valid) return;  // uniform over the CTA, before any barrier
   if (threadIdx.x < prep_groups<kVs>() * kPrepThreads)
-    prepare_role<kVs>(a, sm, threadIdx.x / kPrepThreads, n, hv, v0, bos, eos, nchunks);
+    prepare_role<kVs>(a, sm, threadIdx.x / kPrepThreads, job);
   else
-    scan_role<kVs>(a, sm, n, hv, v0, bos, eos, nchunks);
+    scan_role<kVs>(a, sm, job);
 }
 
 }  // namespace fastkda::prefill_cuda

@@ -37,50 +37,60 @@ __device__ __forceinline__ int64_t state_elem(bool k_first, int v, int key) {
   return k_first ? int64_t(key) * kV + v : int64_t(v) * kK + key;
 }
 
-// Loads (or zeroes) this warp's 16 rows of S^T starting at value row v_row.
-__device__ __forceinline__ void load_state(const PrefillArgs& a, const void* base, bool f32,
-                                           int v_row, float (&S)[kK / 8][4]) {
+// Where a state matrix comes from or goes to: f32 or bf16, V-first or K-first.
+struct StateRef {
+  const void* ptr;  // null when loading: zeros, or the identity for transition rows
+  bool f32, k_first;
+};
+
+// Loads this warp's 16 rows of S^T starting at row `row` (a value row; a key row of the identity
+// for the transition rows of the split-T scan).
+__device__ __forceinline__ void load_state(StateRef src, bool identity, int row,
+                                           float (&S)[kK / 8][4]) {
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 #pragma unroll
   for (int j = 0; j < kK / 8; ++j)
 #pragma unroll
     for (int f = 0; f < 4; ++f) {
-      const int v = v_row + g + (f >= 2 ? 8 : 0), key = 8 * j + 2 * t + (f & 1);
-      S[j][f] = base ? load_f32_or_bf16(base, f32, state_elem(a.k_first, v, key)) : 0.0f;
+      const int v = row + g + (f >= 2 ? 8 : 0), key = 8 * j + 2 * t + (f & 1);
+      S[j][f] = src.ptr ? load_f32_or_bf16(src.ptr, src.f32, state_elem(src.k_first, v, key))
+                        : (identity && v == key ? 1.0f : 0.0f);
     }
 }
 
-__device__ __forceinline__ void store_state(const PrefillArgs& a, void* base, bool f32, int v_row,
-                                            const float (&S)[kK / 8][4]) {
+__device__ __forceinline__ void store_state(StateRef dst, int row, const float (&S)[kK / 8][4]) {
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  void* base = const_cast<void*>(dst.ptr);
 #pragma unroll
   for (int j = 0; j < kK / 8; ++j)
 #pragma unroll
     for (int f = 0; f < 4; ++f) {
-      const int v = v_row + g + (f >= 2 ? 8 : 0), key = 8 * j + 2 * t + (f & 1);
-      const int64_t off = state_elem(a.k_first, v, key);
-      if (f32)
+      const int v = row + g + (f >= 2 ? 8 : 0), key = 8 * j + 2 * t + (f & 1);
+      const int64_t off = state_elem(dst.k_first, v, key);
+      if (dst.f32)
         static_cast<float*>(base)[off] = S[j][f];
       else
         static_cast<uint16_t*>(base)[off] = __bfloat16_as_ushort(__float2bfloat16_rn(S[j][f]));
     }
 }
 
-// One chunk of the scan for this warp's 16 value rows (column `vc` of the CTA's value slice).
-// O^T goes to `ostage` (bf16) and from there to out with 16-byte stores (valid rows only).
-template <int kVs>
+// One chunk of the scan for this warp's 16 rows of S^T (column `vc` of the CTA's slice). With
+// kOut, O^T goes to `ostage` (bf16) and from there to out with 16-byte stores (valid rows only);
+// without (the split-T transition pass) only V_new and the state update run. Without with_u,
+// U = 0 (the identity rows of a transition).
+template <int kVs, bool kOut>
 __device__ __forceinline__ void scan_chunk(const PrefillArgs& a, const ScanStage<kVs>& sb,
                                            uint16_t (&ostage)[kC][kLdOut], float (&S)[kK / 8][4],
-                                           int vc, uint16_t* out_rows, int nvalid) {
+                                           int vc, uint16_t* out_rows, int nvalid, bool with_u) {
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   constexpr int kTiles = kC / 8;            // token tiles per chunk
   float vn[2][kTiles][4], o[2][kTiles][4];  // [even/odd k-step partial][token tile][fragment]
 #pragma unroll
   for (int m = 0; m < kTiles; ++m) {
-    vn[0][m][0] = sb.u[8 * m + 2 * t][vc + g];
-    vn[0][m][1] = sb.u[8 * m + 2 * t + 1][vc + g];
-    vn[0][m][2] = sb.u[8 * m + 2 * t][vc + g + 8];
-    vn[0][m][3] = sb.u[8 * m + 2 * t + 1][vc + g + 8];
+    vn[0][m][0] = with_u ? sb.u[8 * m + 2 * t][vc + g] : 0.0f;
+    vn[0][m][1] = with_u ? sb.u[8 * m + 2 * t + 1][vc + g] : 0.0f;
+    vn[0][m][2] = with_u ? sb.u[8 * m + 2 * t][vc + g + 8] : 0.0f;
+    vn[0][m][3] = with_u ? sb.u[8 * m + 2 * t + 1][vc + g + 8] : 0.0f;
 #pragma unroll
     for (int f = 0; f < 4; ++f) vn[1][m][f] = o[0][m][f] = o[1][m][f] = 0.0f;
   }
@@ -92,7 +102,8 @@ __device__ __forceinline__ void scan_chunk(const PrefillArgs& a, const ScanStage
 #pragma unroll
     for (int m = 0; m < kTiles; ++m) {
       mma_f2(vn[j & 1][m], af, *reinterpret_cast<const float2*>(&sb.w[8 * m + g][8 * j + 2 * t]));
-      mma_f2(o[j & 1][m], af, *reinterpret_cast<const float2*>(&sb.qs[8 * m + g][8 * j + 2 * t]));
+      if constexpr (kOut)
+        mma_f2(o[j & 1][m], af, *reinterpret_cast<const float2*>(&sb.qs[8 * m + g][8 * j + 2 * t]));
     }
   }
   uint32_t av[kTiles][4];
@@ -105,24 +116,25 @@ __device__ __forceinline__ void scan_chunk(const PrefillArgs& a, const ScanStage
     }
     acc_to_a(vn[0][m], av[m]);
   }
-  // Intra-chunk part of O^T: V_new^T A_qk^T (A_qk lower triangular: skip tiles above it).
+  if constexpr (kOut) {
+    // Intra-chunk part of O^T: V_new^T A_qk^T (A_qk lower triangular: skip tiles above it).
 #pragma unroll
-  for (int m = 0; m < kTiles; ++m)
+    for (int m = 0; m < kTiles; ++m)
 #pragma unroll
-    for (int mk = 0; mk <= m; ++mk)
-      mma_f2(o[0][m], av[mk], *reinterpret_cast<const float2*>(&sb.aqk[8 * m + g][8 * mk + 2 * t]));
+      for (int mk = 0; mk <= m; ++mk)
+        mma_f2(o[0][m], av[mk],
+               *reinterpret_cast<const float2*>(&sb.aqk[8 * m + g][8 * mk + 2 * t]));
 
-  // O^T -> bf16 staging [token][value] -> 16-byte stores of valid rows.
-  __syncwarp();
+    // O^T -> bf16 staging [token][value] -> 16-byte stores of valid rows.
+    __syncwarp();
 #pragma unroll
-  for (int m = 0; m < kTiles; ++m)
+    for (int m = 0; m < kTiles; ++m)
 #pragma unroll
-    for (int f = 0; f < 4; ++f) {
-      const int tok = 8 * m + 2 * t + (f & 1), v = g + (f >= 2 ? 8 : 0);
-      ostage[tok][v] = __bfloat16_as_ushort(__float2bfloat16_rn(o[0][m][f]));
-    }
-  __syncwarp();
-  {
+      for (int f = 0; f < 4; ++f) {
+        const int tok = 8 * m + 2 * t + (f & 1), v = g + (f >= 2 ? 8 : 0);
+        ostage[tok][v] = __bfloat16_as_ushort(__float2bfloat16_rn(o[0][m][f]));
+      }
+    __syncwarp();
     const int tok = lane >> 1, half = lane & 1;
     if (tok < nvalid)
       *reinterpret_cast<uint4*>(out_rows + tok * a.out_stride + 8 * half) =
