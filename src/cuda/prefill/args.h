@@ -8,8 +8,9 @@ namespace fastkda::prefill_cuda {
 enum class Gate : int { kBounded = 0, kSoftplus = 1, kPreGated = 2 };    // == GateMode
 enum class BetaAct : int { kSigmoid = 0, kGiven = 1, kTwoSigmoid = 2 };  // == BetaMode
 
-// Which launch of the scan kernel (split.cuh, docs/prefill.md "Split T"): the whole sequence per
-// CTA, or the two passes of the split-T scan around combine_kernel.
+// Which launch of the scan kernel (a template argument of prefill_kernel; split.cuh,
+// docs/prefill.md "Split T"): the whole sequence per CTA, or the two passes of the split-T scan
+// around combine_kernel.
 enum class Pass : int {
   kWhole = 0,        // one CTA walks all chunks of its sequence
   kTransitions = 1,  // per segment: end state from zero and the K x K transition (from identity);
@@ -39,7 +40,6 @@ struct PrefillArgs {
   int64_t T;         // tokens per batch row (fixed-length)
   int H, HV, group;  // group = HV / H
   int vsplit;        // CTAs per (sequence, value head), each kV / vsplit columns
-  Pass pass;
   int seg_chunks;    // split T: chunks per segment (0 with Pass::kWhole)
   float* seg_ws;     // split T: [segment slots, HV, kSegFloats] (config.h)
   Gate gate;

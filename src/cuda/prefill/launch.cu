@@ -148,7 +148,7 @@ Plan choose_plan(const ForwardParams& p, int64_t num_seq, int sms) {
   auto chunk_us = [](int vsplit) { return vsplit == 4 ? 1.8 : vsplit == 2 ? 2.1 : 3.0; };
   const double whole = waves(heads * plan.vsplit) * chunks * chunk_us(plan.vsplit);
   double best = 0.8 * whole;  // split only for a clear gain
-  for (int seg_tokens : {512, 1024, 2048, 4096, 8192}) {
+  for (int seg_tokens = 512; seg_tokens <= 8192; seg_tokens += 256) {
     const int seg_chunks = seg_tokens / prefill_cuda::kC;
     const int64_t nseg = int64_t(std::ceil(chunks / seg_chunks));
     if (nseg < 3) continue;
@@ -159,27 +159,28 @@ Plan choose_plan(const ForwardParams& p, int64_t num_seq, int sms) {
   return plan;
 }
 
-template <int kVs>
+template <int kVs, prefill_cuda::Pass kPass>
 void launch(const PrefillArgs& a, int64_t ctas, cudaStream_t stream) {
   constexpr size_t smem = prefill_cuda::shared_bytes<kVs>();
   constexpr int threads = prefill_cuda::block_threads<kVs>();
-  auto* kernel = prefill_cuda::prefill_kernel<kVs>;
+  auto* kernel = prefill_cuda::prefill_kernel<kVs, kPass>;
   FASTKDA_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   kernel<<<unsigned(ctas), threads, smem, stream>>>(a);
   FASTKDA_CUDA_CHECK(cudaGetLastError());
 }
 
+template <prefill_cuda::Pass kPass>
 void launch_scan(const PrefillArgs& a, int64_t ctas, cudaStream_t stream) {
   switch (a.vsplit) {
     case 1:
-      launch<128>(a, ctas, stream);
+      launch<128, kPass>(a, ctas, stream);
       break;
     case 2:
-      launch<64>(a, ctas, stream);
+      launch<64, kPass>(a, ctas, stream);
       break;
     default:
-      launch<32>(a, ctas, stream);
+      launch<32, kPass>(a, ctas, stream);
       break;
   }
 }
@@ -230,7 +231,6 @@ void prefill(const ForwardParams& p) {
   const Plan plan = choose_plan(p, num_seq, sm_count(p.device_index));
   a.vsplit = plan.vsplit;
   a.seg_chunks = plan.seg_chunks;
-  a.pass = plan.seg_chunks ? Pass::kTransitions : Pass::kWhole;
   a.seg_ws = plan.seg_chunks
                  ? reinterpret_cast<float*>(static_cast<char*>(p.workspace) + chunk_ws_bytes(p))
                  : nullptr;
@@ -251,8 +251,11 @@ void prefill(const ForwardParams& p) {
                                  smem, stream>>>(a);
     FASTKDA_CUDA_CHECK(cudaGetLastError());
   }
-  launch_scan(a, ctas, stream);
-  if (!plan.seg_chunks) return;
+  if (!plan.seg_chunks) {
+    launch_scan<Pass::kWhole>(a, ctas, stream);
+    return;
+  }
+  launch_scan<Pass::kTransitions>(a, ctas, stream);
   {
     constexpr size_t smem = prefill_cuda::combine_shared_bytes();
     FASTKDA_CUDA_CHECK(cudaFuncSetAttribute(
@@ -264,8 +267,7 @@ void prefill(const ForwardParams& p) {
                                    prefill_cuda::kCombineThreads, smem, stream>>>(a);
     FASTKDA_CUDA_CHECK(cudaGetLastError());
   }
-  a.pass = Pass::kOutputs;
-  launch_scan(a, ctas / 2, stream);
+  launch_scan<Pass::kOutputs>(a, ctas / 2, stream);
 }
 
 }  // namespace fastkda::cuda

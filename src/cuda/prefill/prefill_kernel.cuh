@@ -41,20 +41,20 @@ struct ScanJob {
   bool valid;
 };
 
-template <int kVs>
+template <int kVs, Pass kPass>
 __device__ __forceinline__ ScanJob job_of(const PrefillArgs& a) {
   ScanJob j{};
-  const int slices = a.pass == Pass::kTransitions ? 2 * a.vsplit : a.vsplit;
+  const int slices = kPass == Pass::kTransitions ? 2 * a.vsplit : a.vsplit;
   const int64_t cta = blockIdx.x;
   const int slice = int(cta % slices);
   j.hv = int((cta / slices) % a.HV);
   const int64_t unit = cta / (int64_t(slices) * a.HV);  // sequence, or segment slot (split T)
   const int64_t seg_tokens = int64_t(a.seg_chunks) * kC;
-  j.n = a.pass == Pass::kWhole ? unit : slot_sequence(a, unit, seg_tokens);
+  j.n = kPass == Pass::kWhole ? unit : slot_sequence(a, unit, seg_tokens);
   j.bos = seq_begin(a, j.n);
   j.eos = seq_end(a, j.n, j.bos);
   j.nchunks = j.eos > j.bos ? int((j.eos - j.bos + kC - 1) / kC) : 0;
-  j.transition = slice >= a.vsplit;
+  j.transition = kPass == Pass::kTransitions && slice >= a.vsplit;
   j.row0 = (j.transition ? slice - a.vsplit : slice) * kVs;
   j.v0 = j.transition ? 0 : j.row0;
 
@@ -74,7 +74,7 @@ __device__ __forceinline__ ScanJob job_of(const PrefillArgs& a) {
     user_final.ptr = static_cast<const char*>(a.final_state) +
                      (slot * a.HV + j.hv) * matrix * (a.final_f32 ? 4 : 2);
 
-  if (a.pass == Pass::kWhole) {
+  if constexpr (kPass == Pass::kWhole) {
     j.c0 = 0, j.c1 = j.nchunks;
     j.outputs = true, j.init = user_init, j.end = user_final, j.valid = true;
     return j;
@@ -87,7 +87,7 @@ __device__ __forceinline__ ScanJob job_of(const PrefillArgs& a) {
   j.c0 = int(seg) * a.seg_chunks;
   j.c1 = j.c0 + a.seg_chunks < j.nchunks ? j.c0 + a.seg_chunks : j.nchunks;
   const StateRef ws_end{seg_end(a, unit, j.hv), true, false};
-  if (a.pass == Pass::kTransitions) {
+  if constexpr (kPass == Pass::kTransitions) {
     if (seg == 0) {  // from the true start: its outputs are final, its end state is S_in(1)
       j.valid = !j.transition;
       j.outputs = true, j.init = user_init, j.end = nseg == 1 ? user_final : ws_end;
@@ -105,33 +105,36 @@ __device__ __forceinline__ ScanJob job_of(const PrefillArgs& a) {
 }
 
 // Prepare group p of kGroups: chunks c0 + p, c0 + p + kGroups, ...; its k-th chunk in
-// raw[p][k % 2] (the next one loads while it works) and scan[p].
-template <int kVs>
+// raw[p][k % 2] (the next one loads while it works) and scan[p]. Without outputs it skips qs and
+// A_qk, for transition rows also U.
+template <int kVs, Pass kPass>
 __device__ __forceinline__ void prepare_role(const PrefillArgs& a, SharedPlan<kVs>& sm, int p,
                                              const ScanJob& job) {
   constexpr int kGroups = prep_groups<kVs>();
   constexpr int kThreads = kPrepThreads + 2 * kVs;  // one prepare group + the scan warps
   const int i = threadIdx.x - p * kPrepThreads;     // key column owned in the gate scan
-  const int hv = job.hv;
+  const int hv = job.hv, v0 = job.v0, c1 = job.c1;
+  const int64_t bos = job.bos, eos = job.eos;
   const int h = hv / a.group;
   const int bar_prep = kBarPrep0 + p;
-  const int64_t slot0 = slot_base(job.bos, job.n);
+  const int64_t slot0 = slot_base(bos, job.n);
   const float bias = a.dt_bias ? a.dt_bias[int64_t(hv) * kK + i] : 0.0f;
   const float A = a.A_log ? expf(a.A_log[hv]) : 1.0f;
+  const bool outputs = kPass != Pass::kTransitions || job.outputs;
+  const bool with_u = kPass != Pass::kTransitions || !job.transition;
   auto nvalid_of = [&](int c) {
-    const int64_t left = job.eos - (job.bos + int64_t(c) * kC);
+    const int64_t left = eos - (bos + int64_t(c) * kC);
     return int(left < kC ? left : kC);
   };
   auto issue = [&](int c, int buf) {  // inputs of chunk c into raw[p][buf]; always one group
-    if (c < job.c1)
-      load_stage(a, sm.raw[p][buf], job.bos + int64_t(c) * kC, nvalid_of(c), slot0 + c, h, hv,
-                 job.v0, i);
+    if (c < c1)
+      load_stage(a, sm.raw[p][buf], bos + int64_t(c) * kC, nvalid_of(c), slot0 + c, h, hv, v0, i);
     device::cp_async_commit_group();
   };
 
   issue(job.c0 + p, 0);
   issue(job.c0 + p + kGroups, 1);
-  for (int c = job.c0 + p, k = 0; c < job.c1; c += kGroups, ++k) {
+  for (int c = job.c0 + p, k = 0; c < c1; c += kGroups, ++k) {
     const int buf = k & 1;
     RawStage<kVs>& raw = sm.raw[p][buf];
     ScanStage<kVs>& sb = sm.scan[p];
@@ -142,7 +145,7 @@ __device__ __forceinline__ void prepare_role(const PrefillArgs& a, SharedPlan<kV
     gate_scan<false>(a, sm.norms[p], raw, nvalid_of(c), bias, A, 0.0f, i, Gr);
     device::bar_sync(bar_prep, kPrepThreads);
     if (k > 0) device::bar_sync(kBarEmpty0 + p, kThreads);  // scan done with stage p
-    scan_operands(a, sm.norms[p], raw, sb, i, Gr);
+    scan_operands(a, sm.norms[p], raw, sb, i, Gr, outputs, with_u);
     // The group's writes of stage p are complete before any of its threads signals the scan
     // (the same release pattern compute-sanitizer racecheck verifies: bar.sync, then bar.arrive),
     // and every read of raw[p][buf] is done before it is refilled.
@@ -169,7 +172,7 @@ __device__ __forceinline__ int64_t boundary_base(const PrefillArgs& a, int64_t n
   return rows;
 }
 
-template <int kVs>
+template <int kVs, Pass kPass>
 __device__ __forceinline__ void scan_role(const PrefillArgs& a, SharedPlan<kVs>& sm,
                                           const ScanJob& job) {
   constexpr int kGroups = prep_groups<kVs>();
@@ -177,7 +180,10 @@ __device__ __forceinline__ void scan_role(const PrefillArgs& a, SharedPlan<kVs>&
   const int ws = (threadIdx.x >> 5) - kPrepWarps * kGroups;
   const int vc = 16 * ws;          // this warp's first row inside the CTA's slice
   const int row = job.row0 + vc;  // ... inside S^T
-  const int hv = job.hv;
+  const int hv = job.hv, c1 = job.c1;
+  const int64_t bos = job.bos, eos = job.eos;
+  const bool outputs = kPass != Pass::kTransitions || job.outputs;
+  const bool with_u = kPass != Pass::kTransitions || !job.transition;
   const int64_t matrix = int64_t(kK) * kV;
 
   float S[kK / 8][4];
@@ -188,7 +194,7 @@ __device__ __forceinline__ void scan_role(const PrefillArgs& a, SharedPlan<kVs>&
   // cu_seqlens is not checked against it on the host); bnd_rows = 0 without boundary_states.
   char* bnd = nullptr;  // row base, head hv
   int bnd_rows = 0;
-  if (a.boundary_states && job.outputs) {
+  if (a.boundary_states && outputs) {
     const int64_t base = boundary_base(a, job.n);
     const int64_t left = a.num_boundary_states - base;
     const int want = (job.nchunks + kBoundaryChunks - 1) / kBoundaryChunks;
@@ -197,40 +203,38 @@ __device__ __forceinline__ void scan_role(const PrefillArgs& a, SharedPlan<kVs>&
           (base * a.HV + hv) * matrix * (a.boundary_f32 ? 4 : 2);
   }
 
-  uint16_t* out_rows = a.out + job.bos * a.out_stride + int64_t(hv) * kV + row;
-  for (int c = job.c0, st = 0; c < job.c1; ++c, st = st + 1 == kGroups ? 0 : st + 1) {
+  uint16_t* out_rows = a.out + bos * a.out_stride + int64_t(hv) * kV + row;
+  for (int c = job.c0, st = 0; c < c1; ++c, st = st + 1 == kGroups ? 0 : st + 1) {
     if (c % kBoundaryChunks == 0 && c / kBoundaryChunks < bnd_rows)
       store_state(StateRef{bnd + int64_t(c / kBoundaryChunks) * a.HV * matrix *
                                      (a.boundary_f32 ? 4 : 2),
                            a.boundary_f32, a.k_first},
                   row, S);
     device::bar_sync(kBarFull0 + st, kThreads);
-    const int nvalid =
-        int(job.eos - (job.bos + int64_t(c) * kC) < kC ? job.eos - (job.bos + int64_t(c) * kC)
-                                                        : kC);
-    if (job.outputs)
+    const int nvalid = int(eos - (bos + int64_t(c) * kC) < kC ? eos - (bos + int64_t(c) * kC) : kC);
+    if (outputs)
       scan_chunk<kVs, true>(a, sm.scan[st], sm.ostage[ws], S, vc,
                             out_rows + int64_t(c) * kC * a.out_stride, nvalid, true);
-    else
-      scan_chunk<kVs, false>(a, sm.scan[st], sm.ostage[ws], S, vc, nullptr, nvalid,
-                             !job.transition);
-    if (c + kGroups < job.c1) device::bar_arrive(kBarEmpty0 + st, kThreads);
+    else if constexpr (kPass == Pass::kTransitions)
+      scan_chunk<kVs, false>(a, sm.scan[st], sm.ostage[ws], S, vc, nullptr, nvalid, with_u);
+    if (c + kGroups < c1) device::bar_arrive(kBarEmpty0 + st, kThreads);
   }
 
   if (job.end.ptr) store_state(job.end, row, S);
 }
 
-template <int kVs>
+// One instantiation per pass, so that the unsplit scan carries none of the split-T branches.
+template <int kVs, Pass kPass>
 __global__ void __launch_bounds__(block_threads<kVs>(), 1)
     prefill_kernel(const __grid_constant__ PrefillArgs a) {
   extern __shared__ __align__(128) unsigned char smem_bytes[];
   auto& sm = *reinterpret_cast<SharedPlan<kVs>*>(smem_bytes);
-  const ScanJob job = job_of<kVs>(a);
+  const ScanJob job = job_of<kVs, kPass>(a);
   if (!job.valid) return;  // uniform over the CTA, before any barrier
   if (threadIdx.x < prep_groups<kVs>() * kPrepThreads)
-    prepare_role<kVs>(a, sm, threadIdx.x / kPrepThreads, job);
+    prepare_role<kVs, kPass>(a, sm, threadIdx.x / kPrepThreads, job);
   else
-    scan_role<kVs>(a, sm, job);
+    scan_role<kVs, kPass>(a, sm, job);
 }
 
 }  // namespace fastkda::prefill_cuda

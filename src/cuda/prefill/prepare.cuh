@@ -36,7 +36,8 @@ __device__ __forceinline__ void load_stage(const PrefillArgs& a, RawStage<kVs>& 
 // bf16. Tb is lower triangular with exact zeros above the diagonal, so row r of W and U takes
 // nothing from later rows (0 x finite adds +0): causal bit for bit.
 template <int kVs>
-__device__ __forceinline__ void tb_products(const RawStage<kVs>& r, ScanStage<kVs>& sb, int warp) {
+__device__ __forceinline__ void tb_products(const RawStage<kVs>& r, ScanStage<kVs>& sb, int warp,
+                                            bool with_u) {
   using device::mma_m16n8k16_bf16;
   using device::split_bf16x2;
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -69,6 +70,7 @@ __device__ __forceinline__ void tb_products(const RawStage<kVs>& r, ScanStage<kV
     *reinterpret_cast<float2*>(&sb.w[g + 8][col]) =
         make_float2(device::round_tf32(-w[nt][2]), device::round_tf32(-w[nt][3]));
   }
+  if (!with_u) return;
   constexpr int kTilesU = kVs / 32;  // n-tiles of 8 value columns per warp (4 warps)
 #pragma unroll
   for (int nt = 0; nt < kTilesU; ++nt) {
@@ -85,11 +87,12 @@ __device__ __forceinline__ void tb_products(const RawStage<kVs>& r, ScanStage<kV
 }
 
 // Thread i (key column i): qs, ke, decay, kw = k^ . 2^G (into sb.w) and A_qk entries i, i + 128;
-// then its warp forms -W and U with tensor cores (tb_products).
+// then its warp forms -W and U with tensor cores (tb_products). The split-T transition pass skips
+// qs and A_qk (no outputs) and, for its identity rows, U.
 template <int kVs>
 __device__ __forceinline__ void scan_operands(const PrefillArgs& a, const RowNorms& nrm,
                                               const RawStage<kVs>& r, ScanStage<kVs>& sb, int i,
-                                              const float (&Gr)[kC]) {
+                                              const float (&Gr)[kC], bool outputs, bool with_u) {
   using device::ex2_approx;
   using device::round_tf32;
   const float g15 = Gr[kC - 1];
@@ -100,7 +103,7 @@ __device__ __forceinline__ void scan_operands(const PrefillArgs& a, const RowNor
     const float qn = bf16_bits_to_f32(r.q[row][i]) * nrm.rq[row] * a.scale;
     const float e0 = ex2_approx(Gr[row]);  // 2^G <= 1
     sb.w[row][i] = kn * e0;                // kw, f32; tb_products turns it into -W
-    sb.qs[row][i] = round_tf32(qn * e0);
+    if (outputs) sb.qs[row][i] = round_tf32(qn * e0);
     ke[row] = kn * ex2_approx(g15 - Gr[row]);
   }
   uint32_t ke_hi[kC / 2], ke_lo[kC / 2];
@@ -115,10 +118,12 @@ __device__ __forceinline__ void scan_operands(const PrefillArgs& a, const RowNor
         make_uint4(ke_lo[p], ke_lo[p + 1], ke_lo[p + 2], ke_lo[p + 3]);
   }
   sb.decay[i] = ex2_approx(g15);
+  if (outputs) {
 #pragma unroll
-  for (int e = i; e < kC * kC; e += kPrepThreads) sb.aqk[e / kC][e % kC] = r.aqk[e / kC][e % kC];
+    for (int e = i; e < kC * kC; e += kPrepThreads) sb.aqk[e / kC][e % kC] = r.aqk[e / kC][e % kC];
+  }
   __syncwarp();  // kw columns of this warp written
-  tb_products<kVs>(r, sb, i >> 5);
+  tb_products<kVs>(r, sb, i >> 5, with_u);
 }
 
 }  // namespace fastkda::prefill_cuda
