@@ -204,20 +204,28 @@ __device__ __forceinline__ void scan_role(const PrefillArgs& a, SharedPlan<kVs>&
   }
 
   uint16_t* out_rows = a.out + bos * a.out_stride + int64_t(hv) * kV + row;
-  for (int c = job.c0, st = 0; c < c1; ++c, st = st + 1 == kGroups ? 0 : st + 1) {
+  // Outer loop: one boundary interval (kBoundaryChunks chunks), so that the rarely taken state
+  // store stays out of the hot inner loop.
+  for (int c = job.c0, st = 0; c < c1;) {
     if (c % kBoundaryChunks == 0 && c / kBoundaryChunks < bnd_rows)
       store_state(StateRef{bnd + int64_t(c / kBoundaryChunks) * a.HV * matrix *
                                      (a.boundary_f32 ? 4 : 2),
                            a.boundary_f32, a.k_first},
                   row, S);
-    device::bar_sync(kBarFull0 + st, kThreads);
-    const int nvalid = int(eos - (bos + int64_t(c) * kC) < kC ? eos - (bos + int64_t(c) * kC) : kC);
-    if (outputs)
-      scan_chunk<kVs, true>(a, sm.scan[st], sm.ostage[ws], S, vc,
-                            out_rows + int64_t(c) * kC * a.out_stride, nvalid, true);
-    else if constexpr (kPass == Pass::kTransitions)
-      scan_chunk<kVs, false>(a, sm.scan[st], sm.ostage[ws], S, vc, nullptr, nvalid, with_u);
-    if (c + kGroups < c1) device::bar_arrive(kBarEmpty0 + st, kThreads);
+    const int c_next = (c / kBoundaryChunks + 1) * kBoundaryChunks;
+    const int c_end = c_next < c1 ? c_next : c1;
+#pragma unroll 1
+    for (; c < c_end; ++c, st = st + 1 == kGroups ? 0 : st + 1) {
+      device::bar_sync(kBarFull0 + st, kThreads);
+      const int nvalid =
+          int(eos - (bos + int64_t(c) * kC) < kC ? eos - (bos + int64_t(c) * kC) : kC);
+      if (outputs)
+        scan_chunk<kVs, true>(a, sm.scan[st], sm.ostage[ws], S, vc,
+                              out_rows + int64_t(c) * kC * a.out_stride, nvalid, true);
+      else if constexpr (kPass == Pass::kTransitions)
+        scan_chunk<kVs, false>(a, sm.scan[st], sm.ostage[ws], S, vc, nullptr, nvalid, with_u);
+      if (c + kGroups < c1) device::bar_arrive(kBarEmpty0 + st, kThreads);
+    }
   }
 
   if (job.end.ptr) store_state(job.end, row, S);
