@@ -53,6 +53,13 @@ __device__ __forceinline__ uint32_t cvt_rna_tf32(float x) {
   return r;
 }
 __device__ __forceinline__ float round_tf32(float x) { return __uint_as_float(cvt_rna_tf32(x)); }
+// A tf32 MMA operand from a finite f32 in one integer add: tensor cores ignore the low 13 bits,
+// so adding half a tf32 ulp to the bit pattern gives the same rounding as cvt.rna (ties away;
+// CUTLASS's round_half_ulp_truncate), where cvt.rna.tf32 is three instructions on sm_90. For inf
+// the result is a NaN, so only for values that are finite or already lost (the scan's state).
+__device__ __forceinline__ uint32_t tf32_operand_finite(float x) {
+  return __float_as_uint(x) + 0x1000u;
+}
 
 // ---- special functions -----------------------------------------------------------------------
 __device__ __forceinline__ float ex2_approx(float x) {  // 2^x; 2^-inf = 0, ftz

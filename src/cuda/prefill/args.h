@@ -13,9 +13,9 @@ enum class BetaAct : int { kSigmoid = 0, kGiven = 1, kTwoSigmoid = 2 };  // == B
 // around combine_kernel.
 enum class Pass : int {
   kWhole = 0,        // one CTA walks all chunks of its sequence
-  kTransitions = 1,  // per segment: end state from zero and the K x K transition (from identity);
-                     // segment 0 runs from the initial state and writes its outputs
-  kOutputs = 2,      // segments >= 1 from their combined start states: outputs, final state
+  kTransitions = 1,  // per segment but the last: its end state (segment 0 from the initial
+                     // state, the others from zero) and its K x K transition (from identity)
+  kOutputs = 2,      // every segment from its true start state: outputs, final state
 };
 
 struct PrefillArgs {

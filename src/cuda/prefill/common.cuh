@@ -16,6 +16,13 @@ constexpr float kLog2e = 1.4426950408889634f;
 __device__ __forceinline__ float bf16_bits_to_f32(uint16_t h) {
   return __uint_as_float(uint32_t(h) << 16);
 }
+// A value that only tf32 MMAs read (kt, qt, kd, ko, A_qk, -W, qs): stored as tf32 operand bits,
+// rounded as cvt.rna would, the low 13 bits left for the tensor cores to ignore
+// (ptx.cuh tf32_operand_finite). Not for values read as f32.
+__device__ __forceinline__ float tf32_operand(float x) {
+  return __uint_as_float(device::tf32_operand_finite(x));
+}
+
 __device__ __forceinline__ float load_f32_or_bf16(const void* p, bool is_f32, int64_t i) {
   return is_f32 ? static_cast<const float*>(p)[i]
                 : bf16_bits_to_f32(static_cast<const uint16_t*>(p)[i]);

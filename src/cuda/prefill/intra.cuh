@@ -23,7 +23,6 @@ namespace fastkda::prefill_cuda {
 __device__ __forceinline__ void anchored_operands(const PrefillArgs& a, PrepPrivate& pp,
                                                   const RawQKG& r, int i, const float (&Gr)[kC]) {
   using device::ex2_approx;
-  using device::round_tf32;
   const float g7 = Gr[kHalf - 1];
 #pragma unroll
   for (int row = 0; row < kC; ++row) {
@@ -31,10 +30,10 @@ __device__ __forceinline__ void anchored_operands(const PrefillArgs& a, PrepPriv
     const float qn = bf16_bits_to_f32(r.q[row][i]) * pp.rq[row] * a.scale;
     const float anchor = row < kHalf ? 0.0f : g7;
     const float e = ex2_approx(Gr[row] - anchor);  // <= 1
-    pp.kt[row][i] = round_tf32(kn * e);
-    pp.qt[row][i] = round_tf32(qn * e);
-    pp.kd[row][i] = round_tf32(kn * ex2_approx(fminf(anchor - Gr[row], kMaxAnchorSpan)));
-    if (row < kHalf) pp.ko[row][i] = round_tf32(kn * ex2_approx(g7 - Gr[row]));
+    pp.kt[row][i] = tf32_operand(kn * e);
+    pp.qt[row][i] = tf32_operand(qn * e);
+    pp.kd[row][i] = tf32_operand(kn * ex2_approx(fminf(anchor - Gr[row], kMaxAnchorSpan)));
+    if (row < kHalf) pp.ko[row][i] = tf32_operand(kn * ex2_approx(g7 - Gr[row]));
   }
 }
 
@@ -72,7 +71,7 @@ __device__ __forceinline__ void intra_products(PrepPrivate& sm, float (&aqk)[kC]
   for (int f = 0; f < 4; ++f) {
     const int row = g + (f >= 2 ? 8 : 0), col = 8 * nt + 2 * t + (f & 1);
     if (is_qk)
-      aqk[row][col] = col <= row ? device::round_tf32(val[f]) : 0.0f;
+      aqk[row][col] = col <= row ? tf32_operand(val[f]) : 0.0f;
     else
       sm.nmat[row][col] = col < row ? sm.beta[row] * val[f] : 0.0f;
   }
@@ -113,7 +112,7 @@ __device__ __forceinline__ void exact_rows(const PrefillArgs& a, PrepPrivate& sm
       }
       if (lane == 0) {
         if (s < row) sm.nmat[row][s] = sm.beta[row] * sk;
-        aqk[row][s] = device::round_tf32(a.scale * sq);
+        aqk[row][s] = tf32_operand(a.scale * sq);
       }
     }
   }

@@ -125,7 +125,7 @@ struct Plan {
 // long. Cost model from the measured time of one 16-token chunk of a scan CTA with kVs value rows
 // (one CTA per SM, docs/prefill.md): ~1.8 / 2.1 / 3.0 us for kVs = 32 / 64 / 128. Unsplit: one
 // CTA walks all chunks. Split into nseg segments of kVs = 128 CTAs: pass 1 runs heads x (2 nseg -
-// 3) CTAs without outputs (~0.85 of a chunk's time), pass 2 heads x (nseg - 1) CTAs, in whole waves,
+// 3) CTAs without outputs (~0.85 of a chunk's time), pass 2 heads x nseg CTAs, in whole waves,
 // plus ~3 us per segment to combine. Lengths are known only on average for varlen (cu_seqlens stays
 // on the device). FASTKDA_PREFILL_SEG=<tokens, a multiple of 64> forces a segment length, 0 none.
 Plan choose_plan(const ForwardParams& p, int64_t num_seq, int sms) {
@@ -153,7 +153,7 @@ Plan choose_plan(const ForwardParams& p, int64_t num_seq, int sms) {
     const int64_t nseg = int64_t(std::ceil(chunks / seg_chunks));
     if (nseg < 3) continue;
     const double t = waves(heads * (2 * nseg - 3)) * seg_chunks * 0.85 * chunk_us(1) +
-                     waves(heads * (nseg - 1)) * seg_chunks * chunk_us(1) + 3.0 * double(nseg);
+                     waves(heads * nseg) * seg_chunks * chunk_us(1) + 3.0 * double(nseg);
     if (t < best) best = t, plan.seg_chunks = seg_chunks, plan.vsplit = 1;
   }
   return plan;

@@ -25,8 +25,9 @@
 namespace fastkda::prefill_cuda {
 
 // What one CTA of the scan kernel does: its sequence and chunks, its slice of S^T (value rows, or
-// the key rows of a split-T transition), where its state starts and ends, and whether it writes
-// outputs. Computed once per CTA, uniformly by all threads (job_of).
+// the key rows of a split-T transition) and where its state starts and ends. Outputs (out and
+// the boundary states) are written by every pass but the transition pass. Computed once per CTA,
+// uniformly by all threads (job_of).
 struct ScanJob {
   int64_t n, bos, eos;  // sequence and its tokens
   int nchunks;          // chunks of the whole sequence
@@ -34,8 +35,7 @@ struct ScanJob {
   int hv;
   int row0;        // first row of the CTA's slice of S^T (a value row, or a key row)
   int v0;          // first value column the prepare loads (0 for transition rows: U unused)
-  bool transition;  // rows of the K x K transition: U = 0, identity start, no outputs
-  bool outputs;     // writes out and the boundary states of its chunks
+  bool transition;  // rows of the K x K transition: U = 0, identity start
   StateRef init;    // start state (null: zeros, or the identity for transition rows)
   StateRef end;     // where S goes after chunk c1 - 1 (null: nowhere)
   bool valid;
@@ -76,7 +76,7 @@ __device__ __forceinline__ ScanJob job_of(const PrefillArgs& a) {
 
   if constexpr (kPass == Pass::kWhole) {
     j.c0 = 0, j.c1 = j.nchunks;
-    j.outputs = true, j.init = user_init, j.end = user_final, j.valid = true;
+    j.init = user_init, j.end = user_final, j.valid = true;
     return j;
   }
   // Split T: segment `seg` of the sequence (a zero-length sequence has one, empty, segment).
@@ -86,27 +86,23 @@ __device__ __forceinline__ ScanJob job_of(const PrefillArgs& a) {
   if (!j.valid) return j;
   j.c0 = int(seg) * a.seg_chunks;
   j.c1 = j.c0 + a.seg_chunks < j.nchunks ? j.c0 + a.seg_chunks : j.nchunks;
-  const StateRef ws_end{seg_end(a, unit, j.hv), true, false};
   if constexpr (kPass == Pass::kTransitions) {
-    if (seg == 0) {  // from the true start: its outputs are final, its end state is S_in(1)
-      j.valid = !j.transition;
-      j.outputs = true, j.init = user_init, j.end = nseg == 1 ? user_final : ws_end;
-    } else {  // middle segments only (the last one's E and M are not needed)
-      j.valid = seg < nseg - 1;
-      j.outputs = false, j.init = StateRef{nullptr, true, false};
-      j.end = j.transition ? StateRef{seg_transition(a, unit, j.hv), true, false} : ws_end;
-    }
-  } else {  // Pass::kOutputs: segment >= 1 from S_in(seg), stored over E of segment seg - 1
-    j.valid = seg >= 1;
-    j.outputs = true, j.init = StateRef{seg_end(a, unit - 1, j.hv), true, false};
+    // Segments 0 .. nseg - 2 (the last one's E and M are not needed): value rows from the true
+    // start (segment 0) or zeros -> E; transition rows (segments >= 1) from the identity -> M.
+    j.valid = seg < nseg - 1 && !(seg == 0 && j.transition);
+    j.init = seg == 0 ? user_init : StateRef{nullptr, true, false};
+    j.end = StateRef{j.transition ? seg_transition(a, unit, j.hv) : seg_end(a, unit, j.hv), true,
+                     false};
+  } else {  // Pass::kOutputs: every segment from its true start state (S_in(seg) over E_{seg-1})
+    j.init = seg == 0 ? user_init : StateRef{seg_end(a, unit - 1, j.hv), true, false};
     j.end = seg == nseg - 1 ? user_final : StateRef{nullptr, true, false};
   }
   return j;
 }
 
 // Prepare group p of kGroups: chunks c0 + p, c0 + p + kGroups, ...; its k-th chunk in
-// raw[p][k % 2] (the next one loads while it works) and scan[p]. Without outputs it skips qs and
-// A_qk, for transition rows also U.
+// raw[p][k % 2] (the next one loads while it works) and scan[p]. The transition pass skips qs and
+// A_qk (no outputs), and U for transition rows.
 template <int kVs, Pass kPass>
 __device__ __forceinline__ void prepare_role(const PrefillArgs& a, SharedPlan<kVs>& sm, int p,
                                              const ScanJob& job) {
@@ -120,8 +116,8 @@ __device__ __forceinline__ void prepare_role(const PrefillArgs& a, SharedPlan<kV
   const int64_t slot0 = slot_base(bos, job.n);
   const float bias = a.dt_bias ? a.dt_bias[int64_t(hv) * kK + i] : 0.0f;
   const float A = a.A_log ? expf(a.A_log[hv]) : 1.0f;
-  const bool outputs = kPass != Pass::kTransitions || job.outputs;
-  const bool with_u = kPass != Pass::kTransitions || !job.transition;
+  constexpr bool kOutputs = kPass != Pass::kTransitions;
+  const bool with_u = !job.transition;
   auto nvalid_of = [&](int c) {
     const int64_t left = eos - (bos + int64_t(c) * kC);
     return int(left < kC ? left : kC);
@@ -145,7 +141,7 @@ __device__ __forceinline__ void prepare_role(const PrefillArgs& a, SharedPlan<kV
     gate_scan<false>(a, sm.norms[p], raw, nvalid_of(c), bias, A, 0.0f, i, Gr);
     device::bar_sync(bar_prep, kPrepThreads);
     if (k > 0) device::bar_sync(kBarEmpty0 + p, kThreads);  // scan done with stage p
-    scan_operands(a, sm.norms[p], raw, sb, i, Gr, outputs, with_u);
+    scan_operands(a, sm.norms[p], raw, sb, i, Gr, kOutputs, with_u);
     // The group's writes of stage p are complete before any of its threads signals the scan
     // (the same release pattern compute-sanitizer racecheck verifies: bar.sync, then bar.arrive),
     // and every read of raw[p][buf] is done before it is refilled.
@@ -182,8 +178,8 @@ __device__ __forceinline__ void scan_role(const PrefillArgs& a, SharedPlan<kVs>&
   const int row = job.row0 + vc;  // ... inside S^T
   const int hv = job.hv, c1 = job.c1;
   const int64_t bos = job.bos, eos = job.eos;
-  const bool outputs = kPass != Pass::kTransitions || job.outputs;
-  const bool with_u = kPass != Pass::kTransitions || !job.transition;
+  constexpr bool kOutputs = kPass != Pass::kTransitions;
+  const bool with_u = !job.transition;
   const int64_t matrix = int64_t(kK) * kV;
 
   float S[kK / 8][4];
@@ -194,7 +190,7 @@ __device__ __forceinline__ void scan_role(const PrefillArgs& a, SharedPlan<kVs>&
   // cu_seqlens is not checked against it on the host); bnd_rows = 0 without boundary_states.
   char* bnd = nullptr;  // row base, head hv
   int bnd_rows = 0;
-  if (a.boundary_states && outputs) {
+  if (kOutputs && a.boundary_states) {
     const int64_t base = boundary_base(a, job.n);
     const int64_t left = a.num_boundary_states - base;
     const int want = (job.nchunks + kBoundaryChunks - 1) / kBoundaryChunks;
@@ -219,11 +215,8 @@ __device__ __forceinline__ void scan_role(const PrefillArgs& a, SharedPlan<kVs>&
       device::bar_sync(kBarFull0 + st, kThreads);
       const int nvalid =
           int(eos - (bos + int64_t(c) * kC) < kC ? eos - (bos + int64_t(c) * kC) : kC);
-      if (outputs)
-        scan_chunk<kVs, true>(a, sm.scan[st], sm.ostage[ws], S, vc,
-                              out_rows + int64_t(c) * kC * a.out_stride, nvalid, true);
-      else if constexpr (kPass == Pass::kTransitions)
-        scan_chunk<kVs, false>(a, sm.scan[st], sm.ostage[ws], S, vc, nullptr, nvalid, with_u);
+      scan_chunk<kVs, kOutputs>(a, sm.scan[st], sm.ostage[ws], S, vc,
+                                out_rows + int64_t(c) * kC * a.out_stride, nvalid, with_u);
       if (c + kGroups < c1) device::bar_arrive(kBarEmpty0 + st, kThreads);
     }
   }

@@ -66,9 +66,9 @@ __device__ __forceinline__ void tb_products(const RawStage<kVs>& r, ScanStage<kV
   for (int nt = 0; nt < kTilesW; ++nt) {
     const int col = 32 * warp + 8 * nt + 2 * t;
     *reinterpret_cast<float2*>(&sb.w[g][col]) =
-        make_float2(device::round_tf32(-w[nt][0]), device::round_tf32(-w[nt][1]));
+        make_float2(tf32_operand(-w[nt][0]), tf32_operand(-w[nt][1]));
     *reinterpret_cast<float2*>(&sb.w[g + 8][col]) =
-        make_float2(device::round_tf32(-w[nt][2]), device::round_tf32(-w[nt][3]));
+        make_float2(tf32_operand(-w[nt][2]), tf32_operand(-w[nt][3]));
   }
   if (!with_u) return;
   constexpr int kTilesU = kVs / 32;  // n-tiles of 8 value columns per warp (4 warps)
@@ -94,7 +94,6 @@ __device__ __forceinline__ void scan_operands(const PrefillArgs& a, const RowNor
                                               const RawStage<kVs>& r, ScanStage<kVs>& sb, int i,
                                               const float (&Gr)[kC], bool outputs, bool with_u) {
   using device::ex2_approx;
-  using device::round_tf32;
   const float g15 = Gr[kC - 1];
   float ke[kC];  // f32, split into bf16 hi + lo below
 #pragma unroll
@@ -103,7 +102,7 @@ __device__ __forceinline__ void scan_operands(const PrefillArgs& a, const RowNor
     const float qn = bf16_bits_to_f32(r.q[row][i]) * nrm.rq[row] * a.scale;
     const float e0 = ex2_approx(Gr[row]);  // 2^G <= 1
     sb.w[row][i] = kn * e0;                // kw, f32; tb_products turns it into -W
-    if (outputs) sb.qs[row][i] = round_tf32(qn * e0);
+    if (outputs) sb.qs[row][i] = tf32_operand(qn * e0);
     ke[row] = kn * ex2_approx(g15 - Gr[row]);
   }
   uint32_t ke_hi[kC / 2], ke_lo[kC / 2];

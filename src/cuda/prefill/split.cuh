@@ -1,7 +1,7 @@
 // combine_kernel: the sequential part of the split-T scan (docs/prefill.md "Split T"), between
 // its two passes of prefill_kernel. Segment j of a sequence maps its start state to its end state
 // affinely, S_end^T = S_start^T M_j + E_j^T (pass 1 computed E_j from a zero start and M_j from
-// identity rows; segment 0 ran from the true start state, so E_0 is the true S_in(1)). Here, per
+// identity rows; segment 0 from the true start state, so E_0 is the true S_in(1)). Here, per
 // sequence n, value head hv and 16 rows of S^T:
 //   S = E_0;  for j = 1 .. nseg - 2:  S = S M_j + E_j, written over E_j (= S_in(j + 1), where
 //   pass 2's segment j + 1 reads its start state).
