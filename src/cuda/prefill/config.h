@@ -37,12 +37,13 @@ constexpr size_t kSegBytes = kSegFloats * sizeof(float);
 
 // Prepare groups in the scan kernel: each alternates chunks with the others (group p: chunks
 // p, p + G, ...), owns two raw stages (next chunk loads while it works) and one scan stage.
-// kVs = 128: 2 groups + 8 scan warps = 512 threads (128 registers); kVs = 64: 2 groups + 4 scan
-// warps (384 threads, 168 registers); kVs = 32: 3 groups + 2 scan warps (448 threads; a fourth
-// group would not fit shared memory). Measured: docs/prefill.md.
+// Two groups for every slice: kVs = 128: + 8 scan warps = 512 threads (128 registers); kVs = 64:
+// + 4 scan warps (384 threads, 168 registers); kVs = 32: + 2 scan warps (320 threads, 168
+// registers). A third group at kVs = 32 (448 threads) caps the registers at 128 (16384 per SM
+// sub-partition) and made it 15 % slower (measured: docs/prefill.md).
 template <int kVs>
 constexpr int prep_groups() {
-  return kVs == 32 ? 3 : 2;
+  return 2;
 }
 template <int kVs>
 constexpr int block_threads() {

@@ -123,7 +123,7 @@ struct Plan {
 
 // Split T pays when there are too few (sequence, head) pairs to fill the GPU and the sequences are
 // long. Cost model from the measured time of one 16-token chunk of a scan CTA with kVs value rows
-// (one CTA per SM, docs/prefill.md): ~1.8 / 2.1 / 3.0 us for kVs = 32 / 64 / 128. Unsplit: one
+// (one CTA per SM, docs/prefill.md): ~1.5 / 1.7 / 2.6 us for kVs = 32 / 64 / 128. Unsplit: one
 // CTA walks all chunks. Split into nseg segments of kVs = 128 CTAs: pass 1 runs heads x (2 nseg -
 // 3) CTAs without outputs (~0.85 of a chunk's time), pass 2 heads x nseg CTAs, in whole waves,
 // plus ~3 us per segment to combine. Lengths are known only on average for varlen (cu_seqlens stays
@@ -145,7 +145,7 @@ Plan choose_plan(const ForwardParams& p, int64_t num_seq, int sms) {
   }
   const double chunks = double(p.B * p.T) / double(num_seq) / prefill_cuda::kC;  // per sequence
   auto waves = [&](int64_t ctas) { return double((ctas + sms - 1) / sms); };
-  auto chunk_us = [](int vsplit) { return vsplit == 4 ? 1.8 : vsplit == 2 ? 2.1 : 3.0; };
+  auto chunk_us = [](int vsplit) { return vsplit == 4 ? 1.5 : vsplit == 2 ? 1.7 : 2.6; };
   const double whole = waves(heads * plan.vsplit) * chunks * chunk_us(plan.vsplit);
   double best = 0.8 * whole;  // split only for a clear gain
   for (int seg_tokens = 512; seg_tokens <= 8192; seg_tokens += 256) {
