@@ -44,11 +44,8 @@ __global__ void __launch_bounds__(kPrepThreads, kIntraCtasPerSm)
   anchored_operands(a, sm.pp, sm.raw, i, Gr);  // also: the gate rows are dead from here on
   __syncthreads();
   intra_products(sm.pp, sm.raw.aqk, i);
-  __syncthreads();
-  bool any_exact = false;
-#pragma unroll
-  for (int row = 0; row < kC; ++row) any_exact |= row_needs_exact(sm.pp, row);
-  if (any_exact) {
+  // Thread r < kC checks row r (its anchor span, reduced in gate_scan); the barrier ORs them.
+  if (__syncthreads_or(i < kC && row_needs_exact(sm.pp, i))) {
     exact_rows(a, sm.pp, sm.raw, sm.raw.aqk, i);
     __syncthreads();
   }

@@ -140,21 +140,22 @@ Plan choose_plan(const ForwardParams& p, int64_t num_seq, int sms) {
                   "FASTKDA_PREFILL_SEG: expected 0 or a multiple of ", interval,
                   " tokens up to 2^24, got ", env);
     plan.seg_chunks = int(tokens / prefill_cuda::kC);
-    if (plan.seg_chunks > 0 && !env_vsplit()) plan.vsplit = 1;
+    if (plan.seg_chunks > 0) plan.vsplit = env_vsplit() ? env_vsplit() : 1;
     return plan;
   }
   const double chunks = double(p.B * p.T) / double(num_seq) / prefill_cuda::kC;  // per sequence
   auto waves = [&](int64_t ctas) { return double((ctas + sms - 1) / sms); };
   auto chunk_us = [](int vsplit) { return vsplit == 4 ? 1.5 : vsplit == 2 ? 1.7 : 2.6; };
   const double whole = waves(heads * plan.vsplit) * chunks * chunk_us(plan.vsplit);
-  double best = 0.8 * whole;  // split only for a clear gain
+  const int vs = env_vsplit() ? env_vsplit() : 1;  // value split of the split-T passes
+  double best = 0.8 * whole;                         // split only for a clear gain
   for (int seg_tokens = 512; seg_tokens <= 8192; seg_tokens += 256) {
     const int seg_chunks = seg_tokens / prefill_cuda::kC;
     const int64_t nseg = int64_t(std::ceil(chunks / seg_chunks));
     if (nseg < 3) continue;
-    const double t = waves(heads * (2 * nseg - 3)) * seg_chunks * 0.85 * chunk_us(1) +
-                     waves(heads * nseg) * seg_chunks * chunk_us(1) + 3.0 * double(nseg);
-    if (t < best) best = t, plan.seg_chunks = seg_chunks, plan.vsplit = 1;
+    const double t = waves(heads * vs * (2 * nseg - 3)) * seg_chunks * 0.85 * chunk_us(vs) +
+                     waves(heads * vs * nseg) * seg_chunks * chunk_us(vs) + 3.0 * double(nseg);
+    if (t < best) best = t, plan.seg_chunks = seg_chunks, plan.vsplit = vs;
   }
   return plan;
 }
