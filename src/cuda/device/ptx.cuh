@@ -52,7 +52,6 @@ __device__ __forceinline__ uint32_t cvt_rna_tf32(float x) {
   asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
   return r;
 }
-__device__ __forceinline__ float round_tf32(float x) { return __uint_as_float(cvt_rna_tf32(x)); }
 // A tf32 MMA operand from a finite f32 in one integer add: tensor cores ignore the low 13 bits,
 // so adding half a tf32 ulp to the bit pattern gives the same rounding as cvt.rna (ties away;
 // CUTLASS's round_half_ulp_truncate), where cvt.rna.tf32 is three instructions on sm_90. For inf

@@ -243,6 +243,9 @@ void prefill(const ForwardParams& p) {
   FASTKDA_CHECK(ctas <= int64_t(INT32_MAX),
                 "N * HV: expected at most 2^31 - 1 CTAs per launch, got ", units, " x ", p.HV,
                 " x ", ctas / (units * p.HV));
+  FASTKDA_CHECK(num_seq * p.HV <= int64_t(INT32_MAX),
+                "N * HV: expected at most 2^31 - 1 (sequence, head) pairs per launch, got ",
+                num_seq, " x ", p.HV);
   auto stream = static_cast<cudaStream_t>(p.stream);
   {
     constexpr size_t smem = prefill_cuda::intra_shared_bytes();
@@ -261,8 +264,6 @@ void prefill(const ForwardParams& p) {
     constexpr size_t smem = prefill_cuda::combine_shared_bytes();
     FASTKDA_CUDA_CHECK(cudaFuncSetAttribute(
         prefill_cuda::combine_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    FASTKDA_CHECK(num_seq * p.HV <= int64_t(INT32_MAX),
-                  "N * HV: expected at most 2^31 - 1 per launch, got ", num_seq * p.HV);
     prefill_cuda::combine_kernel<<<dim3(unsigned(num_seq * p.HV),
                                         unsigned(prefill_cuda::kV / prefill_cuda::kCombineRows)),
                                    prefill_cuda::kCombineThreads, smem, stream>>>(a);

@@ -3,7 +3,10 @@
 // chunk to the workspace.
 //
 // Grid: one CTA per (sequence n, value head hv, value slice); a slice is kVs = 16 * (scan warps)
-// columns of V (vsplit = kV / kVs CTAs per head, chosen by the launcher to fill the GPU).
+// columns of V (vsplit = kV / kVs CTAs per head, chosen by the launcher to fill the GPU). With
+// split T (Pass::kTransitions / kOutputs, docs/prefill.md) one CTA per (segment slot, value head,
+// slice), pass 1 with a transition slice (K x K rows of S^T from the identity) per value slice;
+// ScanJob says what each CTA does.
 // Warp roles (warp specialised, no CTA-wide barrier in the main loop):
 //   warps 0..4G-1  G = prep_groups<kVs>() prepare groups of 4 warps alternating chunks: cp.async
 //                  of q, k, v, g, Tb, A_qk (two raw stages per group), gate + cumsum, l2 norms,
