@@ -673,7 +673,8 @@ class ScopedEnv {
 // pass 2: outputs from the combined start states). FASTKDA_PREFILL_SEG forces the segment length
 // so that small cases take every path: one, two and many segments, segments shorter than a
 // sequence's tail, empty and 1-token sequences, pools with -1 indices in place, boundary states,
-// bf16 / K-first states, gates of -1000 and collinear keys; against the oracle with the same bounds.
+// bf16 / K-first states, gates of -1000 and collinear keys; against the oracle with the same
+// bounds.
 TEST(PrefillGpu, SplitT) {
   FASTKDA_REQUIRE_GPU();
   for (int seg : {64, 128, 192}) {

@@ -38,7 +38,8 @@ __global__ void mma_tiles(const float* a, const float* b, float* d, Mode m) {
   const uint32_t af[4] = {operand(A[g * 8 + t], m), operand(A[(g + 8) * 8 + t], m),
                           operand(A[g * 8 + t + 4], m), operand(A[(g + 8) * 8 + t + 4], m)};
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  fastkda::device::mma_m16n8k8_tf32(acc, af, operand(B[t * 8 + g], m), operand(B[(t + 4) * 8 + g], m));
+  fastkda::device::mma_m16n8k8_tf32(acc, af, operand(B[t * 8 + g], m),
+                                    operand(B[(t + 4) * 8 + g], m));
   float* D = d + w * 128;
   D[g * 8 + 2 * t] = acc[0];
   D[g * 8 + 2 * t + 1] = acc[1];
@@ -65,12 +66,18 @@ TEST(PtxGpu, Tf32HalfUlpOperandEqualsCvtRna) {
     const float x = normal(rng) * std::exp2(float(int(rng() % 40) - 20));
     std::memcpy(&u, &x, 4);
     switch (pick(rng)) {
-      case 0: return from_bits((u & ~0x1fffu) | 0x1000u);
-      case 1: return from_bits((u & ~0x1fffu) | 0x0fffu);
-      case 2: return from_bits((u & ~0x1fffu) | 0x1001u);
-      case 3: return from_bits(u | 0x7fffffu);               // mantissa all ones
-      case 4: return from_bits((u & 0x80000000u) | (u & 0x7fffffu));  // denormal
-      default: return x;
+      case 0:
+        return from_bits((u & ~0x1fffu) | 0x1000u);
+      case 1:
+        return from_bits((u & ~0x1fffu) | 0x0fffu);
+      case 2:
+        return from_bits((u & ~0x1fffu) | 0x1001u);
+      case 3:
+        return from_bits(u | 0x7fffffu);  // mantissa all ones
+      case 4:
+        return from_bits((u & 0x80000000u) | (u & 0x7fffffu));  // denormal
+      default:
+        return x;
     }
   };
   std::vector<float> a(kWarps * 128), b(kWarps * 64);

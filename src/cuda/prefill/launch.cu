@@ -26,7 +26,6 @@ using prefill_cuda::PrefillArgs;
 static_assert(prefill_cuda::kBoundaryChunks * prefill_cuda::kC == ForwardParams::kBoundaryInterval,
               "boundary states: one every kBoundaryChunks scan chunks");
 
-
 bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
 void check_cuda_preconditions(const ForwardParams& p, const Strides& s) {
@@ -148,7 +147,7 @@ Plan choose_plan(const ForwardParams& p, int64_t num_seq, int sms) {
   auto chunk_us = [](int vsplit) { return vsplit == 4 ? 1.5 : vsplit == 2 ? 1.7 : 2.6; };
   const double whole = waves(heads * plan.vsplit) * chunks * chunk_us(plan.vsplit);
   const int vs = env_vsplit() ? env_vsplit() : 1;  // value split of the split-T passes
-  double best = 0.8 * whole;                         // split only for a clear gain
+  double best = 0.8 * whole;                       // split only for a clear gain
   for (int seg_tokens = 512; seg_tokens <= 8192; seg_tokens += 256) {
     const int seg_chunks = seg_tokens / prefill_cuda::kC;
     const int64_t nseg = int64_t(std::ceil(chunks / seg_chunks));
@@ -237,8 +236,8 @@ void prefill(const ForwardParams& p) {
                  : nullptr;
   // CTAs of the scan: per sequence (or segment slot), value head and slice; pass 1 of split T
   // has a transition slice for every value slice.
-  const int64_t units = plan.seg_chunks ? slots_of(p, int64_t(plan.seg_chunks) * prefill_cuda::kC)
-                                        : num_seq;
+  const int64_t units =
+      plan.seg_chunks ? slots_of(p, int64_t(plan.seg_chunks) * prefill_cuda::kC) : num_seq;
   const int64_t ctas = units * p.HV * a.vsplit * (plan.seg_chunks ? 2 : 1);
   FASTKDA_CHECK(ctas <= int64_t(INT32_MAX),
                 "N * HV: expected at most 2^31 - 1 CTAs per launch, got ", units, " x ", p.HV,

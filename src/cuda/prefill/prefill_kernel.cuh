@@ -36,8 +36,8 @@ struct ScanJob {
   int nchunks;          // chunks of the whole sequence
   int c0, c1;           // this CTA's chunks [c0, c1)
   int hv;
-  int row0;        // first row of the CTA's slice of S^T (a value row, or a key row)
-  int v0;          // first value column the prepare loads (0 for transition rows: U unused)
+  int row0;         // first row of the CTA's slice of S^T (a value row, or a key row)
+  int v0;           // first value column the prepare loads (0 for transition rows: U unused)
   bool transition;  // rows of the K x K transition: U = 0, identity start
   StateRef init;    // start state (null: zeros, or the identity for transition rows)
   StateRef end;     // where S goes after chunk c1 - 1 (null: nowhere)
@@ -177,7 +177,7 @@ __device__ __forceinline__ void scan_role(const PrefillArgs& a, SharedPlan<kVs>&
   constexpr int kGroups = prep_groups<kVs>();
   constexpr int kThreads = kPrepThreads + 2 * kVs;  // one prepare group + the scan warps
   const int ws = (threadIdx.x >> 5) - kPrepWarps * kGroups;
-  const int vc = 16 * ws;          // this warp's first row inside the CTA's slice
+  const int vc = 16 * ws;         // this warp's first row inside the CTA's slice
   const int row = job.row0 + vc;  // ... inside S^T
   const int hv = job.hv, c1 = job.c1;
   const int64_t bos = job.bos, eos = job.eos;
@@ -207,10 +207,10 @@ __device__ __forceinline__ void scan_role(const PrefillArgs& a, SharedPlan<kVs>&
   // store stays out of the hot inner loop.
   for (int c = job.c0, st = 0; c < c1;) {
     if (c % kBoundaryChunks == 0 && c / kBoundaryChunks < bnd_rows)
-      store_state(StateRef{bnd + int64_t(c / kBoundaryChunks) * a.HV * matrix *
-                                     (a.boundary_f32 ? 4 : 2),
-                           a.boundary_f32, a.k_first},
-                  row, S);
+      store_state(
+          StateRef{bnd + int64_t(c / kBoundaryChunks) * a.HV * matrix * (a.boundary_f32 ? 4 : 2),
+                   a.boundary_f32, a.k_first},
+          row, S);
     const int c_next = (c / kBoundaryChunks + 1) * kBoundaryChunks;
     const int c_end = c_next < c1 ? c_next : c1;
 #pragma unroll 1

@@ -13,13 +13,13 @@
 
 namespace fastkda::prefill_cuda {
 
-constexpr int kCombineRows = 16;     // rows of S^T per CTA
+constexpr int kCombineRows = 16;      // rows of S^T per CTA
 constexpr int kCombineThreads = 256;  // kCombineRows x 16 column groups of 8
 constexpr int kLdCombine = kK + 4;
 
 struct CombinePlan {
-  float m[2][kK][kK];                   // M_j, M_{j+1} (double buffer)
-  float s[kCombineRows][kLdCombine];    // S: this CTA's rows of S_in(j)
+  float m[2][kK][kK];                 // M_j, M_{j+1} (double buffer)
+  float s[kCombineRows][kLdCombine];  // S: this CTA's rows of S_in(j)
 };
 constexpr size_t combine_shared_bytes() { return sizeof(CombinePlan); }
 static_assert(combine_shared_bytes() <= 227 * 1024, "combine kernel shared memory");

@@ -1,0 +1,97 @@
+// Warpgroup MMA (sm_90a wgmma) wrappers for the planned 64-token scan (docs/prefill.md, "Plan for
+// the 64-token scan"): A from registers (the state S^T is an accumulator), B from shared memory
+// through a matrix descriptor, no swizzle. Not used by a kernel yet; tests/gpu/test_wgmma_gpu.cu
+// pins the layouts below against a CPU product.
+//
+// Register layouts, per warp w of the warpgroup (rows 16 w .. 16 w + 15 of the 64), g = lane / 4,
+// t = lane % 4 (the mma.sync m16n8 layouts, repeated):
+//   D (64 x N, f32):  d[4 i + 0] (g, 8 i + 2 t), d[4 i + 1] (g, 8 i + 2 t + 1),
+//                     d[4 i + 2] (g + 8, 8 i + 2 t), d[4 i + 3] (g + 8, 8 i + 2 t + 1)
+//   A, tf32 k8:       a0 (g, t), a1 (g + 8, t), a2 (g, t + 4), a3 (g + 8, t + 4)
+//   A, bf16 k16:      a0 (g, 2t | 2t + 1), a1 (g + 8, 2t | 2t + 1), a2 (g, 2t + 8 | 2t + 9),
+//                     a3 (g + 8, 2t + 8 | 2t + 9)   (low half = lower k)
+// B (N x K, "K-major": k contiguous), no swizzle: core matrices of 8 rows (n) x 16 bytes (k),
+// each 128 contiguous bytes (row r at +16 r); core matrix (n / 8, k-group) at
+// start + (n / 8) * sbo + (k-group) * lbo.
+#pragma once
+
+#include <cstdint>
+
+namespace fastkda::device {
+
+// Shared-memory matrix descriptor, no swizzle (layout type 0): start address, leading-dimension
+// byte offset (between core matrices adjacent in K), stride byte offset (adjacent in N), all in
+// units of 16 bytes.
+__device__ __forceinline__ uint64_t smem_desc_noswizzle(const void* smem, uint32_t lbo_bytes,
+                                                        uint32_t sbo_bytes) {
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  uint64_t d = 0;
+  d |= uint64_t((addr >> 4) & 0x3fffu);
+  d |= uint64_t((lbo_bytes >> 4) & 0x3fffu) << 16;
+  d |= uint64_t((sbo_bytes >> 4) & 0x3fffu) << 32;
+  return d;  // base offset 0, swizzle mode 0
+}
+
+// Orders this thread's generic-proxy shared-memory writes before later wgmma (async-proxy)
+// reads of them; follow it with a barrier so that every writer has fenced.
+__device__ __forceinline__ void fence_proxy_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit_group() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void wgmma_wait_group() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+// Keeps the compiler from moving reads or writes of accumulator registers across the async
+// wgmma window: call on the accumulators before the first wgmma and after wgmma_wait_group.
+template <int N>
+__device__ __forceinline__ void wgmma_fence_operands(float (&d)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// D(64 x 16) (+)= A(64 x 8, tf32, registers) * B(8 x 16, tf32, smem K-major). accumulate = false
+// overwrites D.
+__device__ __forceinline__ void wgmma_m64n16k8_tf32_rs(float (&d)[8], const uint32_t (&a)[4],
+                                                       uint64_t desc_b, bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n16k8.f32.tf32.tf32 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)));
+}
+
+// D(64 x 128) (+)= A(64 x 16, bf16, registers) * B(16 x 128, bf16, smem K-major, not transposed).
+__device__ __forceinline__ void wgmma_m64n128k16_bf16_rs(float (&d)[64], const uint32_t (&a)[4],
+                                                         uint64_t desc_b, bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+        "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)));
+}
+
+}  // namespace fastkda::device

@@ -1,0 +1,188 @@
+// GPU unit tests of the wgmma wrappers (src/cuda/device/wgmma.cuh) that the planned 64-token scan
+// builds on: the register layouts of A and D and the no-swizzle K-major shared-memory layout of B
+// behind smem_desc_noswizzle, each against a CPU product of the same (rounded) operands.
+//   tf32 m64n16k8, 16 k-steps chained (V_new^T = S^T W^T: 64 value rows, 16 tokens, 128 keys);
+//   bf16 m64n128k16 (the state update S^T += V_new^T ke: 64 rows, 128 keys, 16 tokens).
+// On a mismatch the test reruns with the two descriptor offsets swapped and says whether that
+// layout matches instead.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "cuda/device/ptx.cuh"
+#include "cuda/device/wgmma.cuh"
+#include "gpu_buffers.h"
+
+namespace {
+
+using namespace fastkda::device;
+
+// B of the tf32 test: 16 tokens (n) x 128 keys (k); core matrix (n / 8, k / 4) at
+// (n / 8) * 4096 + (k / 4) * 128 bytes: K-adjacent core matrices 128 bytes apart, N-adjacent 4096.
+constexpr uint32_t kTf32Lbo = 128, kTf32Sbo = 4096;
+__host__ __device__ constexpr int tf32_b_offset(int n, int k) {  // in floats
+  return ((n / 8) * kTf32Sbo + (k / 4) * kTf32Lbo) / 4 + (n % 8) * 4 + k % 4;
+}
+// B of the bf16 test: 128 keys (n) x 16 tokens (k); core matrix (n / 8, k / 8) at
+// (n / 8) * 256 + (k / 8) * 128 bytes.
+constexpr uint32_t kBf16Lbo = 128, kBf16Sbo = 256;
+__host__ __device__ constexpr int bf16_b_offset(int n, int k) {  // in bf16 elements
+  return ((n / 8) * kBf16Sbo + (k / 8) * kBf16Lbo) / 2 + (n % 8) * 8 + k % 8;
+}
+
+// a: 64 x 128 f32 (row-major), b: 16 x 128 f32 ([n][k]); d: 64 x 16.
+__global__ void tf32_kernel(const float* a, const float* b, float* d, bool swap) {
+  __shared__ __align__(128) float sb[2 * kTf32Sbo / 4];
+  for (int i = threadIdx.x; i < 16 * 128; i += 128) {
+    const int n = i / 128, k = i % 128;
+    sb[tf32_b_offset(n, k)] = __uint_as_float(cvt_rna_tf32(b[i]));
+  }
+  fence_proxy_async_shared();
+  __syncthreads();
+  const int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int r0 = 16 * w + g, r1 = r0 + 8;
+  float acc[8] = {};
+  wgmma_fence_operands(acc);
+  wgmma_fence();
+  for (int j = 0; j < 16; ++j) {
+    const uint32_t af[4] = {
+        cvt_rna_tf32(a[r0 * 128 + 8 * j + t]), cvt_rna_tf32(a[r1 * 128 + 8 * j + t]),
+        cvt_rna_tf32(a[r0 * 128 + 8 * j + t + 4]), cvt_rna_tf32(a[r1 * 128 + 8 * j + t + 4])};
+    const uint64_t desc =
+        swap ? smem_desc_noswizzle(&sb[tf32_b_offset(0, 8 * j)], kTf32Sbo, kTf32Lbo)
+             : smem_desc_noswizzle(&sb[tf32_b_offset(0, 8 * j)], kTf32Lbo, kTf32Sbo);
+    wgmma_m64n16k8_tf32_rs(acc, af, desc, true);
+  }
+  wgmma_commit_group();
+  wgmma_wait_group<0>();
+  wgmma_fence_operands(acc);
+  for (int i = 0; i < 2; ++i) {
+    d[r0 * 16 + 8 * i + 2 * t] = acc[4 * i + 0];
+    d[r0 * 16 + 8 * i + 2 * t + 1] = acc[4 * i + 1];
+    d[r1 * 16 + 8 * i + 2 * t] = acc[4 * i + 2];
+    d[r1 * 16 + 8 * i + 2 * t + 1] = acc[4 * i + 3];
+  }
+}
+
+// a: 64 x 16 bf16 bits (row-major), b: 128 x 16 bf16 bits ([n][k]); d: 64 x 128.
+__global__ void bf16_kernel(const uint16_t* a, const uint16_t* b, float* d, bool swap) {
+  __shared__ __align__(128) uint16_t sb[16 * kBf16Sbo / 2];
+  for (int i = threadIdx.x; i < 128 * 16; i += 128) sb[bf16_b_offset(i / 16, i % 16)] = b[i];
+  fence_proxy_async_shared();
+  __syncthreads();
+  const int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int r0 = 16 * w + g, r1 = r0 + 8;
+  auto pair = [&](int r, int k) {
+    return uint32_t(a[r * 16 + k]) | uint32_t(a[r * 16 + k + 1]) << 16;
+  };
+  const uint32_t af[4] = {pair(r0, 2 * t), pair(r1, 2 * t), pair(r0, 2 * t + 8),
+                          pair(r1, 2 * t + 8)};
+  float acc[64] = {};
+  const uint64_t desc = swap ? smem_desc_noswizzle(sb, kBf16Sbo, kBf16Lbo)
+                             : smem_desc_noswizzle(sb, kBf16Lbo, kBf16Sbo);
+  wgmma_fence_operands(acc);
+  wgmma_fence();
+  wgmma_m64n128k16_bf16_rs(acc, af, desc, true);
+  wgmma_commit_group();
+  wgmma_wait_group<0>();
+  wgmma_fence_operands(acc);
+  for (int i = 0; i < 16; ++i) {
+    d[r0 * 128 + 8 * i + 2 * t] = acc[4 * i + 0];
+    d[r0 * 128 + 8 * i + 2 * t + 1] = acc[4 * i + 1];
+    d[r1 * 128 + 8 * i + 2 * t] = acc[4 * i + 2];
+    d[r1 * 128 + 8 * i + 2 * t + 1] = acc[4 * i + 3];
+  }
+}
+
+float tf32_host(float x) {  // round to nearest, ties away, 10 mantissa bits
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  u = (u + 0x1000u) & 0xffffe000u;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+
+double rms_rel(const std::vector<float>& got, const std::vector<double>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double e = double(got[i]) - ref[i];
+    num += std::isfinite(e) ? e * e : 1e30;
+    den += ref[i] * ref[i];
+  }
+  return std::sqrt(num / den);
+}
+
+template <class T>
+T* to_device(const std::vector<T>& h) {
+  T* p = nullptr;
+  EXPECT_EQ(cudaMalloc(&p, h.size() * sizeof(T)), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+  return p;
+}
+
+TEST(WgmmaGpu, Tf32M64N16K8ChainedOverK128) {
+  if (!fastkda_gpu_test::have_gpu()) GTEST_SKIP() << "no CUDA device";
+  std::mt19937_64 rng(fastkda_gpu_test::fresh_seed());
+  std::normal_distribution<float> normal(0.f, 1.f);
+  std::vector<float> a(64 * 128), b(16 * 128);
+  for (float& x : a) x = normal(rng);
+  for (float& x : b) x = normal(rng);
+  std::vector<double> ref(64 * 16, 0.0);
+  for (int r = 0; r < 64; ++r)
+    for (int n = 0; n < 16; ++n)
+      for (int k = 0; k < 128; ++k)
+        ref[r * 16 + n] += double(tf32_host(a[r * 128 + k])) * tf32_host(b[n * 128 + k]);
+  float *da = to_device(a), *db = to_device(b), *dd = nullptr;
+  ASSERT_EQ(cudaMalloc(&dd, ref.size() * 4), cudaSuccess);
+  auto run = [&](bool swap) {
+    std::vector<float> d(ref.size(), NAN);
+    cudaMemset(dd, 0xff, ref.size() * 4);
+    tf32_kernel<<<1, 128>>>(da, db, dd, swap);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    cudaMemcpy(d.data(), dd, d.size() * 4, cudaMemcpyDeviceToHost);
+    return rms_rel(d, ref);
+  };
+  const double e = run(false);
+  std::printf("[wgmma] tf32 m64n16k8 x 16: rms_rel %g\n", e);
+  if (!(e <= 1e-6)) std::printf("[wgmma] with lbo / sbo swapped: rms_rel %g\n", run(true));
+  EXPECT_LE(e, 1e-6) << "register or shared-memory layout of wgmma m64n16k8 tf32 differs";
+  cudaFree(da), cudaFree(db), cudaFree(dd);
+}
+
+TEST(WgmmaGpu, Bf16M64N128K16) {
+  if (!fastkda_gpu_test::have_gpu()) GTEST_SKIP() << "no CUDA device";
+  std::mt19937_64 rng(fastkda_gpu_test::fresh_seed());
+  std::normal_distribution<float> normal(0.f, 1.f);
+  std::vector<uint16_t> a(64 * 16), b(128 * 16);
+  for (auto& x : a) x = fastkda::float_to_bf16(normal(rng));
+  for (auto& x : b) x = fastkda::float_to_bf16(normal(rng));
+  std::vector<double> ref(64 * 128, 0.0);
+  for (int r = 0; r < 64; ++r)
+    for (int n = 0; n < 128; ++n)
+      for (int k = 0; k < 16; ++k)
+        ref[r * 128 + n] +=
+            double(fastkda::bf16_to_float(a[r * 16 + k])) * fastkda::bf16_to_float(b[n * 16 + k]);
+  uint16_t *da = to_device(a), *db = to_device(b);
+  float* dd = nullptr;
+  ASSERT_EQ(cudaMalloc(&dd, ref.size() * 4), cudaSuccess);
+  auto run = [&](bool swap) {
+    std::vector<float> d(ref.size(), NAN);
+    cudaMemset(dd, 0xff, ref.size() * 4);
+    bf16_kernel<<<1, 128>>>(da, db, dd, swap);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    cudaMemcpy(d.data(), dd, d.size() * 4, cudaMemcpyDeviceToHost);
+    return rms_rel(d, ref);
+  };
+  const double e = run(false);
+  std::printf("[wgmma] bf16 m64n128k16: rms_rel %g\n", e);
+  if (!(e <= 1e-6)) std::printf("[wgmma] with lbo / sbo swapped: rms_rel %g\n", run(true));
+  EXPECT_LE(e, 1e-6) << "register or shared-memory layout of wgmma m64n128k16 bf16 differs";
+  cudaFree(da), cudaFree(db), cudaFree(dd);
+}
+
+}  // namespace
