@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # One device-machine call for the prefill kernel: build (or use the carried binary), GPU tests,
 # compute-sanitizer on a small case, the C++ benchmark and fla's chunk_kda in one process.
-# Usage (repo root, on the GPU machine): scripts/gpu_check_prefill.sh [tests] [sanitize|racecheck] [bench] [fla]
-#   env: BENCH_FILTER (shape substring), FLA_FILTER, TEST_FILTER (gtest filter), BIN (test binary)
+# Usage (repo root, on the GPU machine):
+#   scripts/gpu_check_prefill.sh [tests] [seeds] [sanitize|racecheck] [bench] [fla]
+#   env: BENCH_FILTER (shape substring), FLA_FILTER, TEST_FILTER (gtest filter), BIN (test binary),
+#        SEEDS (seeds step: how many pinned seeds, default 10)
 # Full logs go to $OUT (or ./gpu_out); a short summary is printed last.
 set -uo pipefail
 OUT=${OUT:-gpu_out}; mkdir -p "$OUT"
@@ -32,12 +34,30 @@ for s in $steps; do
       timeout 180 "$BIN" --gtest_filter="${TEST_FILTER:-PrefillGpu.*}" > "$OUT/tests.log" 2>&1
       summary+="tests rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/tests.log" | tr '\n' ' ')"$'\n'
       summary+="$(grep -E '^\[prefill\]|FAILED  \]' "$OUT/tests.log" | head -60)"$'\n' ;;
+    seeds)
+      # The precision tail: the adversarial cases over SEEDS pinned seeds (one draw per test run
+      # otherwise), worst final-state error per case.
+      : > "$OUT/seeds.log"
+      for seed in $(seq 1 "${SEEDS:-10}"); do
+        FASTKDA_TEST_SEED=$seed timeout 120 "$BIN" \
+          --gtest_filter='PrefillGpu.GateModes:PrefillGpu.CollinearKeysBetaNearOne:PrefillGpu.SplitT' \
+          >> "$OUT/seeds.log" 2>&1
+      done
+      summary+="seeds ${SEEDS:-10}: $(grep -c 'FAILED  \]' "$OUT/seeds.log") failed test runs; worst state per case:"$'\n'
+      summary+="$(grep '^\[prefill\]' "$OUT/seeds.log" | grep -v -E 'bf16|boundary' |
+        sed 's/ *out [0-9.e-]* | state / /' |
+        awk '{v=$NF; $NF=""; if (!(($0) in m) || v+0 > m[$0]) m[$0]=v+0} END {for (k in m) print m[k], k}' |
+        sort -g | tail -8)"$'\n' ;;
     sanitize|racecheck)
+      # PrefillGpu.Varlen twice: as it is (one CTA per sequence) and with split T forced
+      # (FASTKDA_PREFILL_SEG=64: transition pass, combine, output pass on every case).
       tools="memcheck racecheck"; [ "$s" = racecheck ] && tools=racecheck
       for tool in $tools; do
-        timeout 100 compute-sanitizer --tool $tool --error-exitcode 9 "$BIN" \
-          --gtest_filter=PrefillGpu.Varlen > "$OUT/sanitize_$tool.log" 2>&1
-        summary+="sanitizer $tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize_$tool.log" | head -2 | tr '\n' ' ')"$'\n'
+        for seg in "" 64; do
+          FASTKDA_PREFILL_SEG=$seg timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 \
+            "$BIN" --gtest_filter=PrefillGpu.Varlen > "$OUT/sanitize_$tool${seg:+_seg$seg}.log" 2>&1
+          summary+="sanitizer $tool${seg:+ (split T, seg $seg)} rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize_$tool${seg:+_seg$seg}.log" | head -2 | tr '\n' ' ')"$'\n'
+        done
       done ;;
     bench)
       FASTKDA_BENCH_FILTER=${BENCH_FILTER:-} FASTKDA_BENCH_VSPLITS=${VSPLITS:-1,2,4} timeout 150 "$BIN" \
