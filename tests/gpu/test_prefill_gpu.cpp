@@ -260,31 +260,34 @@ TEST(PrefillGpu, LongFewHeads) {
   }
 }
 
-// Output row t must not depend on rows > t, bit for bit.
+// Output rows <= t0 must not depend on rows > t0, bit for bit: p is run again with fresh random
+// q, k, v, g (20x: strong gates) and beta in every row after t0.
+void check_causal(const Problem& p, int64_t t0, const char* what) {
+  const Result a = run_gpu(p, DeviceInputs(p));
+  Problem p2 = p;
+  std::mt19937_64 rng(p.seed + 1);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  for (int64_t t = t0 + 1; t < p.rows; ++t) {
+    for (int64_t i = 0; i < p.q_stride; ++i) p2.q.set(size_t(t * p.q_stride + i), normal(rng));
+    for (int64_t i = 0; i < p.k_stride; ++i) p2.k.set(size_t(t * p.k_stride + i), normal(rng));
+    for (int64_t i = 0; i < p.v_stride; ++i) p2.v.set(size_t(t * p.v_stride + i), normal(rng));
+    for (int64_t i = 0; i < p.g_stride; ++i)
+      p2.g.set(size_t(t * p.g_stride + i), 20.f * normal(rng));
+    for (int64_t i = 0; i < p.beta_stride; ++i)
+      p2.beta.set(size_t(t * p.beta_stride + i), normal(rng));
+  }
+  const Result b = run_gpu(p2, DeviceInputs(p2));
+  const size_t prefix = size_t((t0 + 1) * p.c.HV * kV);
+  EXPECT_TRUE(std::equal(a.out.h.begin(), a.out.h.begin() + prefix, b.out.h.begin()))
+      << what << ": rows <= " << t0 << " changed with later rows  " << p.describe();
+}
+
 TEST(PrefillGpu, CausalBitForBit) {
   FASTKDA_REQUIRE_GPU();
   for (GateMode gate : {GateMode::kBounded, GateMode::kSoftplus}) {
     Case c;
     c.T = 100, c.gate = gate, c.extreme_gates = gate == GateMode::kSoftplus ? 0.2 : 0.0;
-    Problem p(c);
-    const Result a = run_gpu(p, DeviceInputs(p));
-    const int64_t t0 = 37;  // mid-chunk
-    Problem p2 = p;
-    std::mt19937_64 rng(p.seed + 1);
-    std::normal_distribution<float> normal(0.f, 1.f);
-    for (int64_t t = t0 + 1; t < p.rows; ++t) {
-      for (int64_t i = 0; i < p.q_stride; ++i) p2.q.set(size_t(t * p.q_stride + i), normal(rng));
-      for (int64_t i = 0; i < p.k_stride; ++i) p2.k.set(size_t(t * p.k_stride + i), normal(rng));
-      for (int64_t i = 0; i < p.v_stride; ++i) p2.v.set(size_t(t * p.v_stride + i), normal(rng));
-      for (int64_t i = 0; i < p.g_stride; ++i)
-        p2.g.set(size_t(t * p.g_stride + i), 20.f * normal(rng));
-      for (int64_t i = 0; i < p.beta_stride; ++i)
-        p2.beta.set(size_t(t * p.beta_stride + i), normal(rng));
-    }
-    const Result b = run_gpu(p2, DeviceInputs(p2));
-    const size_t prefix = size_t((t0 + 1) * p.c.HV * kV);
-    EXPECT_TRUE(std::equal(a.out.h.begin(), a.out.h.begin() + prefix, b.out.h.begin()))
-        << "rows <= " << t0 << " changed with later rows  " << p.describe();
+    check_causal(Problem(c), 37, "unsplit");  // mid-chunk
   }
 }
 
@@ -740,21 +743,8 @@ TEST(PrefillGpu, SplitTInvariants) {
     Case c;
     c.T = 300, c.gate = GateMode::kSoftplus, c.extreme_gates = 0.05;
     Problem p(c);
+    check_causal(p, 150, "split T");  // in the third segment, mid-chunk
     const Result a = run_gpu(p, DeviceInputs(p));
-    const int64_t t0 = 150;  // in the third segment, mid-chunk
-    Problem p2 = p;
-    std::mt19937_64 rng(p.seed + 1);
-    std::normal_distribution<float> normal(0.f, 1.f);
-    for (int64_t t = t0 + 1; t < p.rows; ++t) {
-      for (int64_t i = 0; i < p.k_stride; ++i) p2.k.set(size_t(t * p.k_stride + i), normal(rng));
-      for (int64_t i = 0; i < p.v_stride; ++i) p2.v.set(size_t(t * p.v_stride + i), normal(rng));
-      for (int64_t i = 0; i < p.g_stride; ++i)
-        p2.g.set(size_t(t * p.g_stride + i), 20.f * normal(rng));
-    }
-    const Result b = run_gpu(p2, DeviceInputs(p2));
-    const size_t prefix = size_t((t0 + 1) * p.c.HV * kV);
-    EXPECT_TRUE(std::equal(a.out.h.begin(), a.out.h.begin() + prefix, b.out.h.begin()))
-        << "split T: rows <= " << t0 << " changed with later rows  " << p.describe();
     const Result a2 = run_gpu(p, DeviceInputs(p));
     EXPECT_TRUE(a.out.same_bits(a2.out) && a.state.same_bits(a2.state))
         << "split T: reruns differ  " << p.describe();
