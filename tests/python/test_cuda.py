@@ -68,9 +68,12 @@ def test_fwd_cuda_matches_cpu_oracle(state_dtype):
     assert e_o <= CAP and e_s <= CAP
 
 
-def test_chunk_kda_cuda_softplus_gva_matches_cpu():
-    q, k, v, g, beta, A_log, dt_bias = inputs(2, 200, HV=2 * H, seed=1)
+def check_chunk_kda_against_cpu(label, xs, initial_state=None):
+    """fastkda.chunk_kda on CUDA copies of xs (q, k, v, g, beta, A_log, dt_bias; in-kernel gate,
+    l2norm, beta sigmoid, V-first states) against the CPU recurrence on xs."""
+    q, k, v, g, beta, A_log, dt_bias = xs
     kw = dict(
+        initial_state=initial_state,
         output_final_state=True,
         use_qk_l2norm_in_kernel=True,
         use_gate_in_kernel=True,
@@ -81,36 +84,26 @@ def test_chunk_kda_cuda_softplus_gva_matches_cpu():
     )
     o_ref, s_ref = fastkda.fused_recurrent_kda(q, k, v, g, beta, **kw)
     kw.update(A_log=A_log.cuda(), dt_bias=dt_bias.cuda())
+    if initial_state is not None:
+        kw.update(initial_state=initial_state.cuda())
     o, s = fastkda.chunk_kda(*cuda([q, k, v, g, beta]), **kw)
     e_o, e_s = rms_rel(o, o_ref), rms_rel(s, s_ref)
-    print(f"chunk_kda cuda softplus GVA: out {e_o:.2e} state {e_s:.2e}")
+    print(f"chunk_kda cuda {label}: out {e_o:.2e} state {e_s:.2e}")
     assert o.is_cuda and o.dtype == torch.bfloat16 and s.dtype == torch.float32
+    assert torch.isfinite(o).all() and torch.isfinite(s).all()
     assert e_o <= CAP and e_s <= CAP
+
+
+def test_chunk_kda_cuda_softplus_gva_matches_cpu():
+    check_chunk_kda_against_cpu("softplus GVA", inputs(2, 200, HV=2 * H, seed=1))
 
 
 def test_chunk_kda_cuda_split_t_matches_cpu(monkeypatch):
     """Split T (forced: 512-token segments) through the Python entry point: the workspace the
     package asks for and the call agree on the plan; segment 0 starts from the initial state."""
     monkeypatch.setenv("FASTKDA_PREFILL_SEG", "512")
-    q, k, v, g, beta, A_log, dt_bias = inputs(1, 3000, seed=3)
     h0 = torch.randn(1, H, K, K) * 0.1
-    kw = dict(
-        initial_state=h0,
-        output_final_state=True,
-        use_qk_l2norm_in_kernel=True,
-        use_gate_in_kernel=True,
-        use_beta_sigmoid_in_kernel=True,
-        A_log=A_log,
-        dt_bias=dt_bias,
-        state_v_first=True,
-    )
-    o_ref, s_ref = fastkda.fused_recurrent_kda(q, k, v, g, beta, **kw)
-    kw.update(A_log=A_log.cuda(), dt_bias=dt_bias.cuda(), initial_state=h0.cuda())
-    o, s = fastkda.chunk_kda(*cuda([q, k, v, g, beta]), **kw)
-    e_o, e_s = rms_rel(o, o_ref), rms_rel(s, s_ref)
-    print(f"chunk_kda cuda split T: out {e_o:.2e} state {e_s:.2e}")
-    assert torch.isfinite(o).all() and torch.isfinite(s).all()
-    assert e_o <= CAP and e_s <= CAP
+    check_chunk_kda_against_cpu("split T", inputs(1, 3000, seed=3), initial_state=h0)
 
 
 def decode_inputs(N, tokens=1, seed=2):
