@@ -718,6 +718,12 @@ TEST(PrefillGpu, SplitT) {
       c.T = 500, c.collinear = true;
       check_against_oracle(Problem(c), ("split collinear" + tag).c_str());
     }
+    {
+      Case c;  // GVA, pre-gated bf16 gates, bf16 initial state, K-first states
+      c.B = 2, c.T = 333, c.H = 1, c.HV = 3, c.gate = GateMode::kPreGated;
+      c.g_dtype = DType::kBF16, c.init = InitState::kBF16, c.layout = StateLayout::kKFirst;
+      check_against_oracle(Problem(c), ("split GVA pre-gated" + tag).c_str());
+    }
   }
   for (const char* vs : {"2", "4"}) {  // the other value splits (kVs = 64, 32) in both passes
     ScopedEnv env("FASTKDA_PREFILL_SEG", "128"), env_vs("FASTKDA_PREFILL_VSPLIT", vs);
