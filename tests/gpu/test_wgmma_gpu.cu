@@ -2,7 +2,9 @@
 // builds on: the register layouts of A and D and the no-swizzle K-major shared-memory layout of B
 // behind smem_desc_noswizzle, each against a CPU product of the same (rounded) operands.
 //   tf32 m64n16k8, 16 k-steps chained (V_new^T = S^T W^T: 64 value rows, 16 tokens, 128 keys);
-//   bf16 m64n128k16 (the state update S^T += V_new^T ke: 64 rows, 128 keys, 16 tokens).
+//   bf16 m64n128k16 (the state update S^T += V_new^T ke: 64 rows, 128 keys, 16 tokens);
+//   the two chained: the accumulator of the second fed back as the A operand of the first with the
+//   key order permuted, as the scan does with its state.
 // On a mismatch the test reruns with the two descriptor offsets swapped and says whether that
 // layout matches instead.
 #include <cuda_runtime_api.h>
@@ -99,6 +101,67 @@ __global__ void bf16_kernel(const uint16_t* a, const uint16_t* b, float* d, bool
   }
 }
 
+// The scan's accumulator-to-operand trick on wgmma: S (64 x 128) = A16 B16^T by one bf16
+// m64n128k16 (a: 64 x 16, b: 128 x 16 [key][token], bf16 bits), then V (64 x 16) = S W^T by 16
+// tf32 m64n16k8 whose A operands are S's accumulator registers as they are (+ half a tf32 ulp):
+// the lane holding keys 8j + 2t, 8j + 2t + 1 feeds k slots t, t + 4, so W (w: 16 x 128
+// [token][key]) is stored with the keys of every group of 8 permuted to match.
+__global__ void chain_kernel(const uint16_t* a, const uint16_t* b, const float* w, float* s_out,
+                             float* d) {
+  __shared__ __align__(128) uint16_t sb[16 * kBf16Sbo / 2];
+  __shared__ __align__(128) float sw[2 * kTf32Sbo / 4];
+  for (int i = threadIdx.x; i < 128 * 16; i += 128) sb[bf16_b_offset(i / 16, i % 16)] = b[i];
+  for (int i = threadIdx.x; i < 16 * 128; i += 128) {
+    const int n = i / 128, key = i % 128, q = key % 8;
+    const int slot = 8 * (key / 8) + (q % 2 == 0 ? q / 2 : 4 + q / 2);
+    sw[tf32_b_offset(n, slot)] = w[i];  // raw f32: the hardware reads its tf32 part (truncation)
+  }
+  fence_proxy_async_shared();
+  __syncthreads();
+  const int wp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int r0 = 16 * wp + g, r1 = r0 + 8;
+  auto pair = [&](int r, int k) {
+    return uint32_t(a[r * 16 + k]) | uint32_t(a[r * 16 + k + 1]) << 16;
+  };
+  const uint32_t af16[4] = {pair(r0, 2 * t), pair(r1, 2 * t), pair(r0, 2 * t + 8),
+                            pair(r1, 2 * t + 8)};
+  float S[64] = {};
+  wgmma_fence_operands(S);
+  wgmma_fence();
+  wgmma_m64n128k16_bf16_rs(S, af16, smem_desc_noswizzle(sb, kBf16Lbo, kBf16Sbo), true);
+  wgmma_commit_group();
+  wgmma_wait_group<0>();
+  wgmma_fence_operands(S);
+  uint32_t af[16][4];  // every k-step's A stays untouched until the wgmma reading it completes
+  for (int j = 0; j < 16; ++j) {
+    af[j][0] = tf32_operand_finite(S[4 * j + 0]);
+    af[j][1] = tf32_operand_finite(S[4 * j + 2]);
+    af[j][2] = tf32_operand_finite(S[4 * j + 1]);
+    af[j][3] = tf32_operand_finite(S[4 * j + 3]);
+  }
+  float V[8] = {};
+  wgmma_fence_operands(V);
+  wgmma_fence();
+  for (int j = 0; j < 16; ++j)
+    wgmma_m64n16k8_tf32_rs(
+        V, af[j], smem_desc_noswizzle(&sw[tf32_b_offset(0, 8 * j)], kTf32Lbo, kTf32Sbo), true);
+  wgmma_commit_group();
+  wgmma_wait_group<0>();
+  wgmma_fence_operands(V);
+  for (int i = 0; i < 16; ++i) {
+    s_out[r0 * 128 + 8 * i + 2 * t] = S[4 * i + 0];
+    s_out[r0 * 128 + 8 * i + 2 * t + 1] = S[4 * i + 1];
+    s_out[r1 * 128 + 8 * i + 2 * t] = S[4 * i + 2];
+    s_out[r1 * 128 + 8 * i + 2 * t + 1] = S[4 * i + 3];
+  }
+  for (int i = 0; i < 2; ++i) {
+    d[r0 * 16 + 8 * i + 2 * t] = V[4 * i + 0];
+    d[r0 * 16 + 8 * i + 2 * t + 1] = V[4 * i + 1];
+    d[r1 * 16 + 8 * i + 2 * t] = V[4 * i + 2];
+    d[r1 * 16 + 8 * i + 2 * t + 1] = V[4 * i + 3];
+  }
+}
+
 float tf32_host(float x) {  // round to nearest, ties away, 10 mantissa bits
   uint32_t u;
   std::memcpy(&u, &x, 4);
@@ -183,6 +246,45 @@ TEST(WgmmaGpu, Bf16M64N128K16) {
   if (!(e <= 1e-6)) std::printf("[wgmma] with lbo / sbo swapped: rms_rel %g\n", run(true));
   EXPECT_LE(e, 1e-6) << "register or shared-memory layout of wgmma m64n128k16 bf16 differs";
   cudaFree(da), cudaFree(db), cudaFree(dd);
+}
+
+// The scan's chain: the state as a wgmma accumulator, fed back (rounded to tf32 by one add) as the
+// A operand of V = S W^T with the permuted key order; against S and V on the CPU (V from the
+// GPU's S, both operands rounded to tf32 as the kernel does: S by ties-away, W by truncation).
+TEST(WgmmaGpu, AccumulatorAsTf32OperandChain) {
+  if (!fastkda_gpu_test::have_gpu()) GTEST_SKIP() << "no CUDA device";
+  std::mt19937_64 rng(fastkda_gpu_test::fresh_seed());
+  std::normal_distribution<float> normal(0.f, 1.f);
+  std::vector<uint16_t> a(64 * 16), b(128 * 16);
+  std::vector<float> w(16 * 128);
+  for (auto& x : a) x = fastkda::float_to_bf16(normal(rng));
+  for (auto& x : b) x = fastkda::float_to_bf16(normal(rng));
+  for (float& x : w) x = tf32_host(normal(rng));  // exact in tf32: truncation changes nothing
+  std::vector<double> s_ref(64 * 128, 0.0);
+  for (int r = 0; r < 64; ++r)
+    for (int n = 0; n < 128; ++n)
+      for (int k = 0; k < 16; ++k)
+        s_ref[r * 128 + n] +=
+            double(fastkda::bf16_to_float(a[r * 16 + k])) * fastkda::bf16_to_float(b[n * 16 + k]);
+  uint16_t *da = to_device(a), *db = to_device(b);
+  float *dw = to_device(w), *ds = nullptr, *dd = nullptr;
+  ASSERT_EQ(cudaMalloc(&ds, s_ref.size() * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dd, 64 * 16 * 4), cudaSuccess);
+  chain_kernel<<<1, 128>>>(da, db, dw, ds, dd);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<float> s(s_ref.size()), d(64 * 16);
+  cudaMemcpy(s.data(), ds, s.size() * 4, cudaMemcpyDeviceToHost);
+  cudaMemcpy(d.data(), dd, d.size() * 4, cudaMemcpyDeviceToHost);
+  std::vector<double> d_ref(64 * 16, 0.0);
+  for (int r = 0; r < 64; ++r)
+    for (int n = 0; n < 16; ++n)
+      for (int k = 0; k < 128; ++k)
+        d_ref[r * 16 + n] += double(tf32_host(s[r * 128 + k])) * w[n * 128 + k];
+  const double es = rms_rel(s, s_ref), ed = rms_rel(d, d_ref);
+  std::printf("[wgmma] chain: S rms_rel %g, V = S W^T rms_rel %g\n", es, ed);
+  EXPECT_LE(es, 1e-6) << "bf16 m64n128k16 accumulator layout";
+  EXPECT_LE(ed, 1e-6) << "accumulator -> tf32 A operand with permuted keys";
+  cudaFree(da), cudaFree(db), cudaFree(dw), cudaFree(ds), cudaFree(dd);
 }
 
 }  // namespace
