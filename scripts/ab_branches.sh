@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Test and A/B-benchmark git branches against the current checkout in one device call.
+#
+#   scripts/ab_branches.sh build BRANCH...   here (nvcc, no GPU): build-gpu/ab/<name>_tests for
+#                                            each branch (a worktree per branch under /tmp) and
+#                                            build-gpu/ab/base_tests for HEAD
+#   scripts/ab_branches.sh run [ROUNDS]      on the GPU machine: every build-gpu/ab/*_tests runs
+#                                            the GPU tests, then PrefillBench for all of them,
+#                                            interleaved ROUNDS times (default 2); a table last
+#
+# Device call: run(command="scripts/ab_branches.sh run", carry=["build-gpu/ab"]). Env: BENCH_FILTER
+# (shape substring), TEST_FILTER (gtest filter). Full logs go to $OUT (or build-gpu/ab/logs).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+AB=build-gpu/ab
+
+build_one() {  # build_one REV NAME
+  local rev=$1 name=$2 wt=/tmp/fastkda-wt-$2 cutlass=()
+  [ -d .deps/cutlass_include ] && cutlass=(-DFASTKDA_CUTLASS_INCLUDE="$PWD/.deps/cutlass_include")
+  git worktree remove --force "$wt" >/dev/null 2>&1
+  git worktree add --force --detach "$wt" "$rev" >/dev/null || return 1
+  cmake -S "$wt" -B "$wt/build" -G Ninja -DFASTKDA_TESTS=ON "${cutlass[@]}" >/dev/null &&
+    ninja -C "$wt/build" fastkda_gpu_tests >/dev/null || return 1
+  cp "$wt/build/fastkda_gpu_tests" "$AB/${name}_tests"
+  echo "built $AB/${name}_tests from $rev ($(git rev-parse --short "$rev"))"
+}
+
+build() {
+  mkdir -p "$AB"
+  rm -f "$AB"/*_tests
+  build_one HEAD base || exit 1
+  for b in "$@"; do build_one "$b" "$(echo "$b" | tr '/' '-')" || exit 1; done
+}
+
+run() {
+  local rounds=${1:-2} out=${OUT:-$AB/logs} summary=""
+  mkdir -p "$out"
+  for bin in "$AB"/*_tests; do
+    local name
+    name=$(basename "$bin" _tests)
+    timeout 300 "$bin" --gtest_filter="${TEST_FILTER:-PrefillGpu.*:PtxGpu.*:WgmmaGpu.*}" \
+      > "$out/tests_$name.log" 2>&1
+    summary+="$name tests rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$out/tests_$name.log" | tr '\n' ' ')"$'\n'
+    summary+="$(grep -E 'FAILED  \]' "$out/tests_$name.log" | sort -u)"$'\n'
+  done
+  for r in $(seq 1 "$rounds"); do
+    for bin in "$AB"/*_tests; do
+      FASTKDA_BENCH_FILTER=${BENCH_FILTER:-} timeout 150 "$bin" --gtest_also_run_disabled_tests \
+        --gtest_filter='PrefillBench.*' > "$out/bench_${r}_$(basename "$bin" _tests).txt" 2>&1
+    done
+  done
+  # Table: mean over rounds, ms per shape and binary.
+  summary+="$(python3 - "$out" <<'EOF'
+import collections, glob, os, sys
+d = collections.defaultdict(list)
+for f in glob.glob(os.path.join(sys.argv[1], "bench_*_*.txt")):
+    name = os.path.basename(f)[len("bench_"):-len(".txt")].split("_", 1)[1]
+    for line in open(f):
+        if line.startswith("BENCH "):
+            _, shape, ms, *_ = line.split()
+            d[(shape, name)].append(float(ms))
+names = sorted({n for _, n in d}, key=lambda n: (n != "base", n))
+shapes = list(dict.fromkeys(s for s, _ in sorted(d)))
+print("| shape | " + " | ".join(names) + " |")
+print("|---|" + "---|" * len(names))
+for s in shapes:
+    cells = []
+    for n in names:
+        v = d.get((s, n))
+        cells.append(f"{sum(v) / len(v):.4f}" if v else "-")
+    print(f"| {s} | " + " | ".join(cells) + " |")
+EOF
+)"
+  echo "$summary"
+}
+
+case "${1:-}" in
+  build) shift; build "$@" ;;
+  run) shift; run "$@" ;;
+  *) echo "usage: $0 build BRANCH... | run [ROUNDS]" >&2; exit 2 ;;
+esac
