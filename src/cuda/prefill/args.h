@@ -42,6 +42,7 @@ struct PrefillArgs {
   int vsplit;        // CTAs per (sequence, value head), each kV / vsplit columns
   int seg_chunks;    // split T: chunks per segment (0 with Pass::kWhole)
   float* seg_ws;     // split T: [segment slots, HV, kSegFloats] (config.h)
+  const int32_t* order;  // [N] varlen sequences, longest first (order.cuh); null: in order
   Gate gate;
   BetaAct beta_act;
   float lower_bound_log2;  // lambda * log2(e)

@@ -14,6 +14,7 @@
 #include "cuda/prefill/args.h"
 #include "cuda/prefill/config.h"
 #include "cuda/prefill/intra_kernel.cuh"
+#include "cuda/prefill/order.cuh"
 #include "cuda/prefill/prefill_kernel.cuh"
 #include "cuda/prefill/split.cuh"
 
@@ -118,7 +119,17 @@ int choose_vsplit(int64_t heads_total, int sms) {
 struct Plan {
   int vsplit = 1;
   int seg_chunks = 0;
+  bool longest_first = false;  // order_kernel before the scan (varlen, more CTAs than SMs)
 };
+
+// Longest-first CTA order (order.cuh) for varlen batches whose scan grid needs more than one wave
+// and whose N is small enough for the O(N^2) ranking. FASTKDA_PREFILL_ORDER=1 / 0 forces it on (any
+// varlen batch up to kOrderMaxSeqs) / off (tests, benchmarks).
+bool use_longest_first(const ForwardParams& p, int64_t num_seq, const Plan& plan, int sms) {
+  if (!p.cu_seqlens || plan.seg_chunks || num_seq > prefill_cuda::kOrderMaxSeqs) return false;
+  if (const char* env = std::getenv("FASTKDA_PREFILL_ORDER")) return std::atoi(env) != 0;
+  return num_seq * p.HV * plan.vsplit > sms;
+}
 
 // Split T pays when there are too few (sequence, head) pairs to fill the GPU and the sequences are
 // long. Cost model from the measured time of one 16-token chunk of a scan CTA with kVs value rows
@@ -127,7 +138,7 @@ struct Plan {
 // 3) CTAs without outputs (~0.85 of a chunk's time), pass 2 heads x nseg CTAs, in whole waves,
 // plus ~3 us per segment to combine. Lengths are known only on average for varlen (cu_seqlens stays
 // on the device). FASTKDA_PREFILL_SEG=<tokens, a multiple of 64> forces a segment length, 0 none.
-Plan choose_plan(const ForwardParams& p, int64_t num_seq, int sms) {
+Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
   Plan plan;
   const int64_t heads = num_seq * p.HV;
   plan.vsplit = choose_vsplit(heads, sms);
@@ -156,6 +167,12 @@ Plan choose_plan(const ForwardParams& p, int64_t num_seq, int sms) {
                      waves(heads * vs * nseg) * seg_chunks * chunk_us(vs) + 3.0 * double(nseg);
     if (t < best) best = t, plan.seg_chunks = seg_chunks, plan.vsplit = vs;
   }
+  return plan;
+}
+
+Plan choose_plan(const ForwardParams& p, int64_t num_seq, int sms) {
+  Plan plan = choose_split(p, num_seq, sms);
+  plan.longest_first = use_longest_first(p, num_seq, plan, sms);
   return plan;
 }
 
@@ -199,6 +216,9 @@ size_t chunk_ws_bytes(const ForwardParams& p) {
       size_t(chunk_slots(p)) * size_t(p.HV > 0 ? p.HV : 0) * prefill_cuda::kWsBytes;
   return (bytes + 255) / 256 * 256;
 }
+size_t order_ws_bytes(const ForwardParams& p, const Plan& plan) {
+  return plan.longest_first ? (size_t(num_sequences(p)) * sizeof(int32_t) + 255) / 256 * 256 : 0;
+}
 size_t seg_ws_bytes(const ForwardParams& p, const Plan& plan) {
   if (plan.seg_chunks == 0) return 0;
   return size_t(slots_of(p, int64_t(plan.seg_chunks) * prefill_cuda::kC)) *
@@ -211,7 +231,7 @@ size_t seg_ws_bytes(const ForwardParams& p, const Plan& plan) {
 size_t prefill_workspace_size(const ForwardParams& p) {
   if (p.K != prefill_cuda::kK || p.V != prefill_cuda::kV) return 0;
   const Plan plan = choose_plan(p, num_sequences(p), sm_count(p.device_index));
-  return chunk_ws_bytes(p) + seg_ws_bytes(p, plan);
+  return chunk_ws_bytes(p) + seg_ws_bytes(p, plan) + order_ws_bytes(p, plan);
 }
 
 void prefill(const ForwardParams& p) {
@@ -231,9 +251,13 @@ void prefill(const ForwardParams& p) {
   const Plan plan = choose_plan(p, num_seq, sm_count(p.device_index));
   a.vsplit = plan.vsplit;
   a.seg_chunks = plan.seg_chunks;
-  a.seg_ws = plan.seg_chunks
-                 ? reinterpret_cast<float*>(static_cast<char*>(p.workspace) + chunk_ws_bytes(p))
-                 : nullptr;
+  char* const ws = static_cast<char*>(p.workspace);
+  a.seg_ws = plan.seg_chunks ? reinterpret_cast<float*>(ws + chunk_ws_bytes(p)) : nullptr;
+  int32_t* const order =
+      plan.longest_first
+          ? reinterpret_cast<int32_t*>(ws + chunk_ws_bytes(p) + seg_ws_bytes(p, plan))
+          : nullptr;
+  a.order = order;
   // CTAs of the scan: per sequence (or segment slot), value head and slice; pass 1 of split T
   // has a transition slice for every value slice.
   const int64_t units =
@@ -246,6 +270,12 @@ void prefill(const ForwardParams& p) {
                 "N * HV: expected at most 2^31 - 1 (sequence, head) pairs per launch, got ",
                 num_seq, " x ", p.HV);
   auto stream = static_cast<cudaStream_t>(p.stream);
+  if (order) {
+    const unsigned blocks =
+        unsigned((num_seq + prefill_cuda::kOrderThreads - 1) / prefill_cuda::kOrderThreads);
+    prefill_cuda::order_kernel<<<blocks, prefill_cuda::kOrderThreads, 0, stream>>>(a, order);
+    FASTKDA_CUDA_CHECK(cudaGetLastError());
+  }
   {
     constexpr size_t smem = prefill_cuda::intra_shared_bytes();
     FASTKDA_CUDA_CHECK(cudaFuncSetAttribute(

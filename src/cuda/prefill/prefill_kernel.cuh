@@ -53,7 +53,10 @@ __device__ __forceinline__ ScanJob job_of(const PrefillArgs& a) {
   j.hv = int((cta / slices) % a.HV);
   const int64_t unit = cta / (int64_t(slices) * a.HV);  // sequence, or segment slot (split T)
   const int64_t seg_tokens = int64_t(a.seg_chunks) * kC;
-  j.n = kPass == Pass::kWhole ? unit : slot_sequence(a, unit, seg_tokens);
+  if constexpr (kPass == Pass::kWhole)
+    j.n = a.order ? a.order[unit] : unit;  // long sequences first (order.cuh)
+  else
+    j.n = slot_sequence(a, unit, seg_tokens);
   j.bos = seq_begin(a, j.n);
   j.eos = seq_end(a, j.n, j.bos);
   j.nchunks = j.eos > j.bos ? int((j.eos - j.bos + kC - 1) / kC) : 0;

@@ -1,0 +1,41 @@
+// order_kernel: the varlen sequences by descending length (ties by index), so that the scan
+// kernel's CTAs of long sequences start first. With more CTAs than SMs and skewed lengths, CTAs in
+// sequence order leave the longest sequence for last (a tail of one CTA per SM); longest first is
+// list scheduling's LPT rule, whose makespan stays near the average load (model of the benchmark's
+// varlen "six" batch at H64: 915 -> 679 us, docs/prefill.md).
+//
+// rank(n) = #{m : len_m > len_n, or len_m == len_n and m < n} is a permutation of 0 .. N - 1 for
+// any lengths (also unchecked device cu_seqlens); order[rank(n)] = n. Thread = sequence n; the
+// lengths stream through shared memory in tiles of kOrderThreads: O(N^2) comparisons, so only for
+// N <= kOrderMaxSeqs (launch.cu).
+#pragma once
+
+#include "cuda/prefill/common.cuh"
+
+namespace fastkda::prefill_cuda {
+
+constexpr int kOrderThreads = 256;
+constexpr int64_t kOrderMaxSeqs = 4096;
+
+__device__ __forceinline__ int64_t seq_length(const PrefillArgs& a, int64_t n) {
+  return load_cu(a, n + 1) - load_cu(a, n);
+}
+
+__global__ void __launch_bounds__(kOrderThreads)
+    order_kernel(const __grid_constant__ PrefillArgs a, int32_t* order) {
+  __shared__ int64_t tile[kOrderThreads];
+  const int64_t n = int64_t(blockIdx.x) * kOrderThreads + threadIdx.x;
+  const int64_t len = n < a.num_seq ? seq_length(a, n) : 0;
+  int64_t rank = 0;
+  for (int64_t m0 = 0; m0 < a.num_seq; m0 += kOrderThreads) {
+    const int64_t m = m0 + threadIdx.x;
+    __syncthreads();  // the previous tile is read by every thread
+    tile[threadIdx.x] = m < a.num_seq ? seq_length(a, m) : 0;
+    __syncthreads();
+    const int count = int(a.num_seq - m0 < kOrderThreads ? a.num_seq - m0 : kOrderThreads);
+    for (int i = 0; i < count; ++i) rank += tile[i] > len || (tile[i] == len && m0 + i < n);
+  }
+  if (n < a.num_seq) order[rank] = int32_t(n);
+}
+
+}  // namespace fastkda::prefill_cuda
