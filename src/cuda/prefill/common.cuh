@@ -12,6 +12,7 @@
 namespace fastkda::prefill_cuda {
 
 constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kMinLogDecay2 = 128.0f;  // per-token log2 decay floor (gate_rows)
 
 __device__ __forceinline__ float bf16_bits_to_f32(uint16_t h) {
   return __uint_as_float(uint32_t(h) << 16);
@@ -131,8 +132,13 @@ __device__ __forceinline__ void gate_rows(const PrefillArgs& a, const float (&x)
 #pragma unroll
       for (int row = 0; row < kC; ++row) al2[row] = x[row] * kLog2e;
   }
+  // Floor at 2^-kMinLogDecay2 per token: a stronger decay erases the state as completely in f32
+  // (2^-128 of it is far below f32 resolution), but its log2 (-1443 for a gate of -1000) would
+  // make the chunk's running f32 sum G so large that the differences G_r - G_s of later rows lose
+  // ~1e-3 of relative precision (ulp(1443) ~ 1.2e-4 per addition). NaN stays NaN.
 #pragma unroll
-  for (int row = 0; row < kC; ++row) al2[row] = row < nvalid ? al2[row] : 0.0f;
+  for (int row = 0; row < kC; ++row)
+    al2[row] = row < nvalid ? (al2[row] < -kMinLogDecay2 ? -kMinLogDecay2 : al2[row]) : 0.0f;
 }
 
 // Thread i (key column i): the gate of its column for all kC rows and the cumulative sum G (log2)
