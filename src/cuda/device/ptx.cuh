@@ -107,6 +107,13 @@ __device__ __forceinline__ void bar_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
+// max that keeps a NaN operand (fmaxf returns the other operand): one FMNMX.NAN.
+__device__ __forceinline__ float fmax_nan(float x, float y) {
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;\n" : "=f"(r) : "f"(x), "f"(y));
+  return r;
+}
+
 // ---- warp reductions -------------------------------------------------------------------------
 __device__ __forceinline__ uint32_t redux_max_u32(uint32_t x) {
   uint32_t r;

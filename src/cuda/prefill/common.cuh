@@ -111,9 +111,16 @@ __device__ __forceinline__ float load_beta_raw(const PrefillArgs& a, int64_t tok
 
 // Log2-decays of one key column for the kC rows of a chunk (rows >= nvalid: 0). The mode switch
 // sits outside the row loop so the rows are independent straight-line code (ILP).
+//
+// The unbounded gates (softplus, pre-gated) are floored at 2^-kMinLogDecay2 per token: a stronger
+// decay erases the state as completely in f32 (2^-128 of it is far below f32 resolution), but its
+// log2 (-1443 for a gate of -1000) would make the chunk's running f32 sum G so large that the
+// differences G_r - G_s of later rows lose ~1e-3 of relative precision (ulp(1443) ~ 1.2e-4 per
+// addition). NaN stays NaN (max.NaN). The bounded gate never goes below lower_bound (>= -5).
 __device__ __forceinline__ void gate_rows(const PrefillArgs& a, const float (&x)[kC], float bias,
                                           float A, int nvalid, float (&al2)[kC]) {
   using device::ex2_approx;
+  using device::fmax_nan;
   switch (a.gate) {
     case Gate::kBounded:
 #pragma unroll
@@ -125,20 +132,16 @@ __device__ __forceinline__ void gate_rows(const PrefillArgs& a, const float (&x)
 #pragma unroll
       for (int row = 0; row < kC; ++row) {
         const float z = (x[row] + bias) * kLog2e;
-        al2[row] = -A * (z > 20.0f * kLog2e ? z : device::lg2_approx(1.0f + ex2_approx(z)));
+        al2[row] = fmax_nan(-A * (z > 20.0f * kLog2e ? z : device::lg2_approx(1.0f + ex2_approx(z))),
+                            -kMinLogDecay2);
       }
       break;
     default:
 #pragma unroll
-      for (int row = 0; row < kC; ++row) al2[row] = x[row] * kLog2e;
+      for (int row = 0; row < kC; ++row) al2[row] = fmax_nan(x[row] * kLog2e, -kMinLogDecay2);
   }
-  // Floor at 2^-kMinLogDecay2 per token: a stronger decay erases the state as completely in f32
-  // (2^-128 of it is far below f32 resolution), but its log2 (-1443 for a gate of -1000) would
-  // make the chunk's running f32 sum G so large that the differences G_r - G_s of later rows lose
-  // ~1e-3 of relative precision (ulp(1443) ~ 1.2e-4 per addition). NaN stays NaN.
 #pragma unroll
-  for (int row = 0; row < kC; ++row)
-    al2[row] = row < nvalid ? (al2[row] < -kMinLogDecay2 ? -kMinLogDecay2 : al2[row]) : 0.0f;
+  for (int row = 0; row < kC; ++row) al2[row] = row < nvalid ? al2[row] : 0.0f;
 }
 
 // Thread i (key column i): the gate of its column for all kC rows and the cumulative sum G (log2)
