@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 namespace fastkda::prefill_cuda {
 
@@ -136,14 +137,57 @@ struct ScanStage {
   float decay[kK];             // 2^G_C
 };
 
+// The wgmma scan (kVs >= 64: whole warpgroups of scan warps, device/wgmma.cuh) reads its B
+// operands in the no-swizzle K-major core-matrix layout: core matrix (n / 8, k / kPerCore) of
+// 8 rows x 16 bytes at (n / 8) * sbo + (k / kPerCore) * 128 bytes. Its tf32 operands keep the keys
+// (or source tokens) of every group of 8 in the order the accumulators feed them: slot t holds
+// index 2t, slot t + 4 index 2t + 1 (wg_slot).
+template <int kVs>
+constexpr bool uses_wgmma() {
+  return kVs >= 64;
+}
+constexpr uint32_t kWgLbo = 128;           // K-adjacent core matrices (every B below)
+constexpr uint32_t kWgSboKeys = 128 * 32;  // W, qs: N = 16 tokens, K = 128 keys (32 tf32 groups)
+constexpr uint32_t kWgSboTok = 128 * 4;    // A_qk^T: N = 16 tokens, K = 16 tokens (tf32)
+constexpr uint32_t kWgSboKe = 128 * 2;     // ke: N = 128 keys, K = 16 tokens (bf16)
+__host__ __device__ constexpr int wg_slot(int k) {
+  return (k & ~7) + ((k & 1) ? 4 + ((k & 7) >> 1) : (k & 7) >> 1);
+}
+// Byte offsets of element (n, k) in the three layouts.
+__host__ __device__ constexpr int wg_tf32_offset(int n, int k, uint32_t sbo) {
+  const int s = wg_slot(k);
+  return int((n / 8) * sbo) + (s / 4) * 128 + (n % 8) * 16 + (s % 4) * 4;
+}
+__host__ __device__ constexpr int wg_ke_offset(int key, int tok) {
+  return int((key / 8) * kWgSboKe) + (tok / 8) * 128 + (key % 8) * 16 + (tok % 8) * 2;
+}
+static_assert(wg_slot(0) == 0 && wg_slot(1) == 4 && wg_slot(6) == 3 && wg_slot(15) == 15 &&
+                  wg_slot(9) == 12,
+              "slot t <- 2t, slot t + 4 <- 2t + 1 within every group of 8");
+
+// What the wgmma scan consumes for one chunk (byte layouts above).
+template <int kVs>
+struct WgScanStage {
+  alignas(128) unsigned char w[kC * kK * 4];      // -W (tf32 operand bits): n = token, k = key
+  alignas(128) unsigned char qs[kC * kK * 4];     // scale q^ . 2^G, the same layout
+  alignas(128) unsigned char ke_hi[kK * kC * 2];  // ke: n = key, k = token, bf16 hi
+  alignas(128) unsigned char ke_lo[kK * kC * 2];  //   and lo
+  alignas(128) unsigned char aqk[kC * kC * 4];    // A_qk^T: n = token r, k = source token s
+  float kw[kC][kLdScan];                          // k^ . 2^G (f32 rows): tb_products' input
+  float u[kC][kVs + 4];                           // U = Tb v  (f32, accumulator init)
+  float decay[kK];                                // 2^G_C
+};
+template <int kVs>
+using ScanStageOf = std::conditional_t<uses_wgmma<kVs>(), WgScanStage<kVs>, ScanStage<kVs>>;
+
 struct RowNorms {
   float rq[kC], rk[kC];  // 1 / ||q||, 1 / ||k|| per row
 };
 
 template <int kVs>
 struct SharedPlan {
-  RawStage<kVs> raw[prep_groups<kVs>()][2];  // group p: its chunks alternate raw[p][0], [p][1]
-  ScanStage<kVs> scan[prep_groups<kVs>()];   // chunk c in scan[c % groups]
+  RawStage<kVs> raw[prep_groups<kVs>()][2];   // group p: its chunks alternate raw[p][0], [p][1]
+  ScanStageOf<kVs> scan[prep_groups<kVs>()];  // chunk c in scan[c % groups]
   RowNorms norms[prep_groups<kVs>()];
   uint16_t ostage[kVs / 16][kC][kLdOut];  // per scan warp: bf16 output tile before 16-B stores
 };
@@ -158,6 +202,7 @@ static_assert(shared_bytes<128>() <= 227 * 1024 && shared_bytes<64>() <= 227 * 1
 static_assert(sizeof(RawStage<128>) % 16 == 0 && sizeof(ScanStage<128>) % 16 == 0 &&
                   sizeof(RawStage<32>) % 16 == 0 && sizeof(ScanStage<32>) % 16 == 0 &&
                   sizeof(RawStage<64>) % 16 == 0 && sizeof(ScanStage<64>) % 16 == 0 &&
+                  sizeof(WgScanStage<64>) % 128 == 0 && sizeof(WgScanStage<128>) % 128 == 0 &&
                   sizeof(RowNorms) % 16 == 0 && sizeof(RawQKG) % 16 == 0 &&
                   sizeof(PrepPrivate) % 16 == 0,
               "16-byte aligned stages");

@@ -139,7 +139,7 @@ __device__ __forceinline__ void prepare_role(const PrefillArgs& a, SharedPlan<kV
   for (int c = job.c0 + p, k = 0; c < c1; c += kGroups, ++k) {
     const int buf = k & 1;
     RawStage<kVs>& raw = sm.raw[p][buf];
-    ScanStage<kVs>& sb = sm.scan[p];
+    ScanStageOf<kVs>& sb = sm.scan[p];
     device::cp_async_wait_group<1>();
     device::bar_sync(bar_prep, kPrepThreads);
 
@@ -148,6 +148,8 @@ __device__ __forceinline__ void prepare_role(const PrefillArgs& a, SharedPlan<kV
     device::bar_sync(bar_prep, kPrepThreads);
     if (k > 0) device::bar_sync(kBarEmpty0 + p, kThreads);  // scan done with stage p
     scan_operands(a, sm.norms[p], raw, sb, i, Gr, kOutputs, with_u);
+    // The wgmma scan reads the stage through the async proxy: order these generic writes first.
+    if constexpr (uses_wgmma<kVs>()) device::fence_proxy_async_shared();
     // The group's writes of stage p are complete before any of its threads signals the scan
     // (the same release pattern compute-sanitizer racecheck verifies: bar.sync, then bar.arrive),
     // and every read of raw[p][buf] is done before it is refilled.
@@ -190,6 +192,9 @@ __device__ __forceinline__ void scan_role(const PrefillArgs& a, SharedPlan<kVs>&
 
   float S[kK / 8][4];
   load_state(job.init, job.transition, row, S);
+  // wgmma: S is an accumulator from here on; defined in uniform code, so that ptxas need not
+  // serialise the wgmma chain around the (data-dependent) loads above.
+  if constexpr (uses_wgmma<kVs>()) device::wgmma_fence_operands(reinterpret_cast<float(&)[64]>(S));
 
   // Boundary states: before chunk c = kBoundaryChunks * j, S is the state before token 64 j of
   // the sequence -> row base + j, j < bnd_rows. Rows >= num_boundary_states are skipped (device
@@ -209,11 +214,14 @@ __device__ __forceinline__ void scan_role(const PrefillArgs& a, SharedPlan<kVs>&
   // Outer loop: one boundary interval (kBoundaryChunks chunks), so that the rarely taken state
   // store stays out of the hot inner loop.
   for (int c = job.c0, st = 0; c < c1;) {
-    if (c % kBoundaryChunks == 0 && c / kBoundaryChunks < bnd_rows)
-      store_state(
-          StateRef{bnd + int64_t(c / kBoundaryChunks) * a.HV * matrix * (a.boundary_f32 ? 4 : 2),
-                   a.boundary_f32, a.k_first},
-          row, S);
+    // A vote keeps the branch visibly warp-uniform (ptxas serialises wgmma when the accumulator S
+    // is read under a branch it cannot prove uniform).
+    if (__any_sync(0xffffffffu, c % kBoundaryChunks == 0 && c / kBoundaryChunks < bnd_rows)) {
+      const StateRef dst{
+          bnd + int64_t(c / kBoundaryChunks) * a.HV * matrix * (a.boundary_f32 ? 4 : 2),
+          a.boundary_f32, a.k_first};
+      store_state(dst, row, S);
+    }
     const int c_next = (c / kBoundaryChunks + 1) * kBoundaryChunks;
     const int c_end = c_next < c1 ? c_next : c1;
 #pragma unroll 1
@@ -221,8 +229,11 @@ __device__ __forceinline__ void scan_role(const PrefillArgs& a, SharedPlan<kVs>&
       device::bar_sync(kBarFull0 + st, kThreads);
       const int nvalid =
           int(eos - (bos + int64_t(c) * kC) < kC ? eos - (bos + int64_t(c) * kC) : kC);
-      scan_chunk<kVs, kOutputs>(a, sm.scan[st], sm.ostage[ws], S, vc,
-                                out_rows + int64_t(c) * kC * a.out_stride, nvalid, with_u);
+      uint16_t* const out_c = out_rows + int64_t(c) * kC * a.out_stride;
+      if constexpr (uses_wgmma<kVs>())
+        scan_chunk_wg<kVs, kOutputs>(a, sm.scan[st], sm.ostage[ws], S, vc, out_c, nvalid, with_u);
+      else
+        scan_chunk<kVs, kOutputs>(a, sm.scan[st], sm.ostage[ws], S, vc, out_c, nvalid, with_u);
       if (c + kGroups < c1) device::bar_arrive(kBarEmpty0 + st, kThreads);
     }
   }

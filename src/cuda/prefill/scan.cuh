@@ -15,6 +15,7 @@
 #include <cuda_bf16.h>
 
 #include "cuda/device/ptx.cuh"
+#include "cuda/device/wgmma.cuh"
 #include "cuda/prefill/args.h"
 #include "cuda/prefill/common.cuh"
 #include "cuda/prefill/config.h"
@@ -166,6 +167,110 @@ __device__ __forceinline__ void scan_chunk(const PrefillArgs& a, const ScanStage
     device::mma_m16n8k16_bf16(S[j], vl, kh[t], kh[t + 4]);
     device::mma_m16n8k16_bf16(S[j], vh, kl[t], kl[t + 4]);
     device::mma_m16n8k16_bf16(S[j], vh, kh[t], kh[t + 4]);
+  }
+}
+
+// The same chunk on wgmma (kVs >= 64): the 4 warps of a warpgroup own 64 value rows, each warp's
+// registers exactly as in scan_chunk (the wgmma accumulator and A layouts are the mma.sync ones);
+// B operands come from the WgScanStage layouts (config.h) through descriptors. The A registers of
+// a wgmma must stay untouched until it completes, so V_new^T and O^T run in 4 batches of 4 key
+// tiles (16 registers of A per batch). The state update's wgmma reads ke from the stage: it is
+// waited for before returning, so the caller may release the stage.
+template <int kVs, bool kOut>
+__device__ __forceinline__ void scan_chunk_wg(const PrefillArgs& a, const WgScanStage<kVs>& sb,
+                                              uint16_t (&ostage)[kC][kLdOut], float (&S)[kK / 8][4],
+                                              int vc, uint16_t* out_rows, int nvalid, bool with_u) {
+  using namespace device;
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  constexpr int kTiles = kC / 8;
+  float vn[kTiles][4], o[kTiles][4];  // [token tile][fragment] = the m64n16 accumulator
+#pragma unroll
+  for (int m = 0; m < kTiles; ++m) {
+    vn[m][0] = with_u ? sb.u[8 * m + 2 * t][vc + g] : 0.0f;
+    vn[m][1] = with_u ? sb.u[8 * m + 2 * t + 1][vc + g] : 0.0f;
+    vn[m][2] = with_u ? sb.u[8 * m + 2 * t][vc + g + 8] : 0.0f;
+    vn[m][3] = with_u ? sb.u[8 * m + 2 * t + 1][vc + g + 8] : 0.0f;
+#pragma unroll
+    for (int f = 0; f < 4; ++f) o[m][f] = 0.0f;
+  }
+  auto& vn8 = reinterpret_cast<float(&)[8]>(vn);
+  auto& o8 = reinterpret_cast<float(&)[8]>(o);
+  auto& S64 = reinterpret_cast<float(&)[64]>(S);
+  // One k step of 8 keys is 2 core matrices = 256 bytes = 16 in the descriptor's address field.
+  const uint64_t desc_w = smem_desc_noswizzle(sb.w, kWgLbo, kWgSboKeys);
+  const uint64_t desc_q = smem_desc_noswizzle(sb.qs, kWgLbo, kWgSboKeys);
+  wgmma_fence_operands(vn8);
+  wgmma_fence_operands(o8);
+  constexpr int kBatch = 4;
+#pragma unroll
+  for (int b = 0; b < kK / 8; b += kBatch) {
+    uint32_t af[kBatch][4];
+#pragma unroll
+    for (int jj = 0; jj < kBatch; ++jj) acc_to_a(S[b + jj], af[jj]);
+    wgmma_fence();
+#pragma unroll
+    for (int jj = 0; jj < kBatch; ++jj) {
+      wgmma_m64n16k8_tf32_rs(vn8, af[jj], desc_w + 16 * (b + jj), true);
+      if constexpr (kOut) wgmma_m64n16k8_tf32_rs(o8, af[jj], desc_q + 16 * (b + jj), true);
+    }
+    wgmma_commit_group();
+    wgmma_wait_group<0>();
+  }
+  wgmma_fence_operands(vn8);
+  if constexpr (kOut) {
+    // Intra-chunk part of O^T: V_new^T A_qk^T, the source tokens as 2 k steps (A_qk^T's zeros
+    // above the diagonal make the second step add nothing to the first token tile).
+    uint32_t av[kTiles][4];
+#pragma unroll
+    for (int m = 0; m < kTiles; ++m) acc_to_a(vn[m], av[m]);
+    const uint64_t desc_a = smem_desc_noswizzle(sb.aqk, kWgLbo, kWgSboTok);
+    wgmma_fence();
+#pragma unroll
+    for (int m = 0; m < kTiles; ++m) wgmma_m64n16k8_tf32_rs(o8, av[m], desc_a + 16 * m, true);
+    wgmma_commit_group();
+    wgmma_wait_group<0>();
+    wgmma_fence_operands(o8);
+  }
+
+  // S^T = S^T diag(decay) + V_new^T ke, split bf16 as in scan_chunk: one m64n128k16 per product.
+  uint32_t vh[4], vl[4];
+  split_bf16x2(vn[0][0], vn[0][1], vh[0], vl[0]);
+  split_bf16x2(vn[0][2], vn[0][3], vh[1], vl[1]);
+  split_bf16x2(vn[1][0], vn[1][1], vh[2], vl[2]);
+  split_bf16x2(vn[1][2], vn[1][3], vh[3], vl[3]);
+#pragma unroll
+  for (int j = 0; j < kK / 8; ++j) {
+    const float2 d = *reinterpret_cast<const float2*>(&sb.decay[8 * j + 2 * t]);
+    S[j][0] *= d.x;
+    S[j][1] *= d.y;
+    S[j][2] *= d.x;
+    S[j][3] *= d.y;
+  }
+  const uint64_t desc_kh = smem_desc_noswizzle(sb.ke_hi, kWgLbo, kWgSboKe);
+  const uint64_t desc_kl = smem_desc_noswizzle(sb.ke_lo, kWgLbo, kWgSboKe);
+  wgmma_fence_operands(S64);
+  wgmma_fence();
+  wgmma_m64n128k16_bf16_rs(S64, vl, desc_kh, true);
+  wgmma_m64n128k16_bf16_rs(S64, vh, desc_kl, true);
+  wgmma_m64n128k16_bf16_rs(S64, vh, desc_kh, true);
+  wgmma_commit_group();
+  wgmma_wait_group<0>();
+  wgmma_fence_operands(S64);
+
+  if constexpr (kOut) {  // O^T -> bf16 staging -> 16-byte stores
+    __syncwarp();
+#pragma unroll
+    for (int m = 0; m < kTiles; ++m)
+#pragma unroll
+      for (int f = 0; f < 4; ++f) {
+        const int tok = 8 * m + 2 * t + (f & 1), v = g + (f >= 2 ? 8 : 0);
+        ostage[tok][v] = __bfloat16_as_ushort(__float2bfloat16_rn(o[m][f]));
+      }
+    __syncwarp();
+    const int tok = lane >> 1, half = lane & 1;
+    if (tok < nvalid)
+      *reinterpret_cast<uint4*>(out_rows + tok * a.out_stride + 8 * half) =
+          *reinterpret_cast<const uint4*>(&ostage[tok][8 * half]);
   }
 }
 
