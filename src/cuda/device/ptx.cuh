@@ -107,6 +107,13 @@ __device__ __forceinline__ void bar_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
+// A 0 the compiler cannot see through (keeps it from specialising code on a known value).
+__device__ __forceinline__ int opaque_zero() {
+  int z;
+  asm volatile("mov.b32 %0, 0;\n" : "=r"(z));
+  return z;
+}
+
 // max that keeps a NaN operand (fmaxf returns the other operand): one FMNMX.NAN.
 __device__ __forceinline__ float fmax_nan(float x, float y) {
   float r;

@@ -137,14 +137,16 @@ struct ScanStage {
   float decay[kK];             // 2^G_C
 };
 
-// The wgmma scan (kVs >= 64: whole warpgroups of scan warps, device/wgmma.cuh) reads its B
+// The wgmma scan (kVs = 128: two warpgroups of scan warps, device/wgmma.cuh) reads its B
 // operands in the no-swizzle K-major core-matrix layout: core matrix (n / 8, k / kPerCore) of
 // 8 rows x 16 bytes at (n / 8) * sbo + (k / kPerCore) * 128 bytes. Its tf32 operands keep the keys
 // (or source tokens) of every group of 8 in the order the accumulators feed them: slot t holds
 // index 2t, slot t + 4 index 2t + 1 (wg_slot).
 template <int kVs>
 constexpr bool uses_wgmma() {
-  return kVs >= 64;
+  // Measured on the H200 (A/B, 2026-11-29 session 4): kVs = 128 rows 5-6 % faster; at kVs = 64
+  // (one warpgroup) H64 fixed T8192 was 14 % slower (1.243 -> 1.417 ms), so it keeps mma.sync.
+  return kVs == 128;
 }
 constexpr uint32_t kWgLbo = 128;           // K-adjacent core matrices (every B below)
 constexpr uint32_t kWgSboKeys = 128 * 32;  // W, qs: N = 16 tokens, K = 128 keys (32 tf32 groups)

@@ -81,7 +81,9 @@ __device__ __forceinline__ ScanJob job_of(const PrefillArgs& a) {
                      (slot * a.HV + j.hv) * matrix * (a.final_f32 ? 4 : 2);
 
   if constexpr (kPass == Pass::kWhole) {
-    j.c0 = 0, j.c1 = j.nchunks;
+    // c0 = 0 hidden from the optimiser: with a known 0, ptxas peels the first boundary-state
+    // store out of the scan loop and serialises the wgmma chain (C7520) around it.
+    j.c0 = device::opaque_zero(), j.c1 = j.nchunks;
     j.init = user_init, j.end = user_final, j.valid = true;
     return j;
   }

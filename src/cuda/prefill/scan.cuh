@@ -170,7 +170,7 @@ __device__ __forceinline__ void scan_chunk(const PrefillArgs& a, const ScanStage
   }
 }
 
-// The same chunk on wgmma (kVs >= 64): the 4 warps of a warpgroup own 64 value rows, each warp's
+// The same chunk on wgmma (kVs = 128): the 4 warps of a warpgroup own 64 value rows, each warp's
 // registers exactly as in scan_chunk (the wgmma accumulator and A layouts are the mma.sync ones);
 // B operands come from the WgScanStage layouts (config.h) through descriptors. The A registers of
 // a wgmma must stay untouched until it completes, so V_new^T and O^T run in 4 batches of 4 key
