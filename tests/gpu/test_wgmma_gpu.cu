@@ -1,7 +1,8 @@
 // GPU unit tests of the wgmma wrappers (src/cuda/device/wgmma.cuh) that the planned 64-token scan
 // builds on: the register layouts of A and D and the no-swizzle K-major shared-memory layout of B
 // behind smem_desc_noswizzle, each against a CPU product of the same (rounded) operands.
-//   tf32 m64n16k8, 16 k-steps chained (V_new^T = S^T W^T: 64 value rows, 16 tokens, 128 keys);
+//   tf32 m64n16k8 and m64n32k8, 16 k-steps chained (V_new^T = S^T W^T: 64 value rows, 16 or 32
+//   tokens, 128 keys);
 //   bf16 m64n128k16 (the state update S^T += V_new^T ke: 64 rows, 128 keys, 16 tokens);
 //   the two chained: the accumulator of the second fed back as the A operand of the first with the
 //   key order permuted, as the scan does with its state.
@@ -37,10 +38,11 @@ __host__ __device__ constexpr int bf16_b_offset(int n, int k) {  // in bf16 elem
   return ((n / 8) * kBf16Sbo + (k / 8) * kBf16Lbo) / 2 + (n % 8) * 8 + k % 8;
 }
 
-// a: 64 x 128 f32 (row-major), b: 16 x 128 f32 ([n][k]); d: 64 x 16.
+// a: 64 x 128 f32 (row-major), b: N x 128 f32 ([n][k]); d: 64 x N (N = 16 or 32).
+template <int N>
 __global__ void tf32_kernel(const float* a, const float* b, float* d, bool swap) {
-  __shared__ __align__(128) float sb[2 * kTf32Sbo / 4];
-  for (int i = threadIdx.x; i < 16 * 128; i += 128) {
+  __shared__ __align__(128) float sb[N / 8 * kTf32Sbo / 4];
+  for (int i = threadIdx.x; i < N * 128; i += 128) {
     const int n = i / 128, k = i % 128;
     sb[tf32_b_offset(n, k)] = __uint_as_float(cvt_rna_tf32(b[i]));
   }
@@ -48,26 +50,29 @@ __global__ void tf32_kernel(const float* a, const float* b, float* d, bool swap)
   __syncthreads();
   const int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int r0 = 16 * w + g, r1 = r0 + 8;
-  float acc[8] = {};
+  float acc[N / 2] = {};
   wgmma_fence_operands(acc);
   wgmma_fence();
   for (int j = 0; j < 16; ++j) {
     const uint32_t af[4] = {
         cvt_rna_tf32(a[r0 * 128 + 8 * j + t]), cvt_rna_tf32(a[r1 * 128 + 8 * j + t]),
         cvt_rna_tf32(a[r0 * 128 + 8 * j + t + 4]), cvt_rna_tf32(a[r1 * 128 + 8 * j + t + 4])};
-    const uint64_t desc =
+    const SmemDesc desc =
         swap ? smem_desc_noswizzle(&sb[tf32_b_offset(0, 8 * j)], kTf32Sbo, kTf32Lbo)
              : smem_desc_noswizzle(&sb[tf32_b_offset(0, 8 * j)], kTf32Lbo, kTf32Sbo);
-    wgmma_m64n16k8_tf32_rs(acc, af, desc, true);
+    if constexpr (N == 16)
+      wgmma_m64n16k8_tf32_rs(acc, af, desc, true);
+    else
+      wgmma_m64n32k8_tf32_rs(acc, af, desc, true);
   }
   wgmma_commit_group();
   wgmma_wait_group<0>();
   wgmma_fence_operands(acc);
-  for (int i = 0; i < 2; ++i) {
-    d[r0 * 16 + 8 * i + 2 * t] = acc[4 * i + 0];
-    d[r0 * 16 + 8 * i + 2 * t + 1] = acc[4 * i + 1];
-    d[r1 * 16 + 8 * i + 2 * t] = acc[4 * i + 2];
-    d[r1 * 16 + 8 * i + 2 * t + 1] = acc[4 * i + 3];
+  for (int i = 0; i < N / 8; ++i) {
+    d[r0 * N + 8 * i + 2 * t] = acc[4 * i + 0];
+    d[r0 * N + 8 * i + 2 * t + 1] = acc[4 * i + 1];
+    d[r1 * N + 8 * i + 2 * t] = acc[4 * i + 2];
+    d[r1 * N + 8 * i + 2 * t + 1] = acc[4 * i + 3];
   }
 }
 
@@ -85,7 +90,7 @@ __global__ void bf16_kernel(const uint16_t* a, const uint16_t* b, float* d, bool
   const uint32_t af[4] = {pair(r0, 2 * t), pair(r1, 2 * t), pair(r0, 2 * t + 8),
                           pair(r1, 2 * t + 8)};
   float acc[64] = {};
-  const uint64_t desc = swap ? smem_desc_noswizzle(sb, kBf16Sbo, kBf16Lbo)
+  const SmemDesc desc = swap ? smem_desc_noswizzle(sb, kBf16Sbo, kBf16Lbo)
                              : smem_desc_noswizzle(sb, kBf16Lbo, kBf16Sbo);
   wgmma_fence_operands(acc);
   wgmma_fence();
@@ -188,33 +193,44 @@ T* to_device(const std::vector<T>& h) {
   return p;
 }
 
-TEST(WgmmaGpu, Tf32M64N16K8ChainedOverK128) {
-  if (!fastkda_gpu_test::have_gpu()) GTEST_SKIP() << "no CUDA device";
+template <int N>
+void tf32_chain_test() {
   std::mt19937_64 rng(fastkda_gpu_test::fresh_seed());
   std::normal_distribution<float> normal(0.f, 1.f);
-  std::vector<float> a(64 * 128), b(16 * 128);
+  std::vector<float> a(64 * 128), b(N * 128);
   for (float& x : a) x = normal(rng);
   for (float& x : b) x = normal(rng);
-  std::vector<double> ref(64 * 16, 0.0);
+  std::vector<double> ref(64 * N, 0.0);
   for (int r = 0; r < 64; ++r)
-    for (int n = 0; n < 16; ++n)
+    for (int n = 0; n < N; ++n)
       for (int k = 0; k < 128; ++k)
-        ref[r * 16 + n] += double(tf32_host(a[r * 128 + k])) * tf32_host(b[n * 128 + k]);
+        ref[r * N + n] += double(tf32_host(a[r * 128 + k])) * tf32_host(b[n * 128 + k]);
   float *da = to_device(a), *db = to_device(b), *dd = nullptr;
   ASSERT_EQ(cudaMalloc(&dd, ref.size() * 4), cudaSuccess);
   auto run = [&](bool swap) {
     std::vector<float> d(ref.size(), NAN);
     cudaMemset(dd, 0xff, ref.size() * 4);
-    tf32_kernel<<<1, 128>>>(da, db, dd, swap);
+    tf32_kernel<N><<<1, 128>>>(da, db, dd, swap);
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     cudaMemcpy(d.data(), dd, d.size() * 4, cudaMemcpyDeviceToHost);
     return rms_rel(d, ref);
   };
   const double e = run(false);
-  std::printf("[wgmma] tf32 m64n16k8 x 16: rms_rel %g\n", e);
+  std::printf("[wgmma] tf32 m64n%dk8 x 16: rms_rel %g\n", N, e);
   if (!(e <= 1e-6)) std::printf("[wgmma] with lbo / sbo swapped: rms_rel %g\n", run(true));
-  EXPECT_LE(e, 1e-6) << "register or shared-memory layout of wgmma m64n16k8 tf32 differs";
+  EXPECT_LE(e, 1e-6) << "register or shared-memory layout of wgmma m64n" << N << "k8 tf32 differs";
   cudaFree(da), cudaFree(db), cudaFree(dd);
+}
+
+TEST(WgmmaGpu, Tf32M64N16K8ChainedOverK128) {
+  if (!fastkda_gpu_test::have_gpu()) GTEST_SKIP() << "no CUDA device";
+  tf32_chain_test<16>();
+}
+
+// N = 32: the scan's V_new^T and O^T in one instruction (W and qs stacked in N).
+TEST(WgmmaGpu, Tf32M64N32K8ChainedOverK128) {
+  if (!fastkda_gpu_test::have_gpu()) GTEST_SKIP() << "no CUDA device";
+  tf32_chain_test<32>();
 }
 
 TEST(WgmmaGpu, Bf16M64N128K16) {

@@ -21,15 +21,19 @@ namespace fastkda::device {
 
 // Shared-memory matrix descriptor, no swizzle (layout type 0): start address, leading-dimension
 // byte offset (between core matrices adjacent in K), stride byte offset (adjacent in N), all in
-// units of 16 bytes.
-__device__ __forceinline__ uint64_t smem_desc_noswizzle(const void* smem, uint32_t lbo_bytes,
+// units of 16 bytes. Kept as two 32-bit words: offsets move only the low word (start address |
+// LBO << 16), so stepping a descriptor is one 32-bit add, not a 64-bit add and register moves
+// before each wgmma (measured in the scan: ~6 instructions per wgmma with a uint64_t).
+struct SmemDesc {
+  uint32_t lo, hi;
+  // The same layout `units` x 16 bytes further on (the address field must not overflow).
+  __device__ __forceinline__ SmemDesc operator+(uint32_t units) const { return {lo + units, hi}; }
+};
+__device__ __forceinline__ SmemDesc smem_desc_noswizzle(const void* smem, uint32_t lbo_bytes,
                                                         uint32_t sbo_bytes) {
   const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  uint64_t d = 0;
-  d |= uint64_t((addr >> 4) & 0x3fffu);
-  d |= uint64_t((lbo_bytes >> 4) & 0x3fffu) << 16;
-  d |= uint64_t((sbo_bytes >> 4) & 0x3fffu) << 32;
-  return d;  // base offset 0, swizzle mode 0
+  return {((addr >> 4) & 0x3fffu) | (((lbo_bytes >> 4) & 0x3fffu) << 16),
+          (sbo_bytes >> 4) & 0x3fffu};  // base offset 0, swizzle mode 0
 }
 
 // Orders this thread's generic-proxy shared-memory writes before later wgmma (async-proxy)
@@ -60,27 +64,43 @@ __device__ __forceinline__ void wgmma_fence_operands(float (&d)[N]) {
 // D(64 x 16) (+)= A(64 x 8, tf32, registers) * B(8 x 16, tf32, smem K-major). accumulate = false
 // overwrites D.
 __device__ __forceinline__ void wgmma_m64n16k8_tf32_rs(float (&d)[8], const uint32_t (&a)[4],
-                                                       uint64_t desc_b, bool accumulate) {
+                                                       SmemDesc desc_b, bool accumulate) {
   asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+      "{\n.reg .pred p;\n.reg .b64 desc;\nsetp.ne.b32 p, %14, 0;\nmov.b64 desc, {%12, %13};\n"
       "wgmma.mma_async.sync.aligned.m64n16k8.f32.tf32.tf32 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, p, 1, 1;\n}\n"
+      "{%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, desc, p, 1, 1;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
         "+f"(d[7])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(desc_b.lo), "r"(desc_b.hi),
+        "r"(int(accumulate)));
+}
+
+// D(64 x 32) (+)= A(64 x 8, tf32, registers) * B(8 x 32, tf32, smem K-major).
+__device__ __forceinline__ void wgmma_m64n32k8_tf32_rs(float (&d)[16], const uint32_t (&a)[4],
+                                                       SmemDesc desc_b, bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\n.reg .b64 desc;\nsetp.ne.b32 p, %22, 0;\nmov.b64 desc, {%20, %21};\n"
+      "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+      "{%16, %17, %18, %19}, desc, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(desc_b.lo), "r"(desc_b.hi),
+        "r"(int(accumulate)));
 }
 
 // D(64 x 128) (+)= A(64 x 16, bf16, registers) * B(16 x 128, bf16, smem K-major, not transposed).
 __device__ __forceinline__ void wgmma_m64n128k16_bf16_rs(float (&d)[64], const uint32_t (&a)[4],
-                                                         uint64_t desc_b, bool accumulate) {
+                                                         SmemDesc desc_b, bool accumulate) {
   asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "{\n.reg .pred p;\n.reg .b64 desc;\nsetp.ne.b32 p, %70, 0;\nmov.b64 desc, {%68, %69};\n"
       "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
       "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
       "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
       "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
       "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-      "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+      "{%64, %65, %66, %67}, desc, p, 1, 1, 0;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
         "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
         "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
@@ -91,7 +111,8 @@ __device__ __forceinline__ void wgmma_m64n128k16_bf16_rs(float (&d)[64], const u
         "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
         "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
         "+f"(d[63])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(desc_b.lo), "r"(desc_b.hi),
+        "r"(int(accumulate)));
 }
 
 }  // namespace fastkda::device

@@ -171,7 +171,8 @@ static_assert(wg_slot(0) == 0 && wg_slot(1) == 4 && wg_slot(6) == 3 && wg_slot(1
 template <int kVs>
 struct WgScanStage {
   alignas(128) unsigned char w[kC * kK * 4];      // -W (tf32 operand bits): n = token, k = key
-  alignas(128) unsigned char qs[kC * kK * 4];     // scale q^ . 2^G, the same layout
+  alignas(128) unsigned char qs[kC * kK * 4];     // scale q^ . 2^G, the same layout, right after
+                                                  // w: tokens 16..31 of one N = 32 operand
   alignas(128) unsigned char ke_hi[kK * kC * 2];  // ke: n = key, k = token, bf16 hi
   alignas(128) unsigned char ke_lo[kK * kC * 2];  //   and lo
   alignas(128) unsigned char aqk[kC * kC * 4];    // A_qk^T: n = token r, k = source token s
@@ -205,6 +206,7 @@ static_assert(sizeof(RawStage<128>) % 16 == 0 && sizeof(ScanStage<128>) % 16 == 
                   sizeof(RawStage<32>) % 16 == 0 && sizeof(ScanStage<32>) % 16 == 0 &&
                   sizeof(RawStage<64>) % 16 == 0 && sizeof(ScanStage<64>) % 16 == 0 &&
                   sizeof(WgScanStage<64>) % 128 == 0 && sizeof(WgScanStage<128>) % 128 == 0 &&
+                  offsetof(WgScanStage<128>, qs) == offsetof(WgScanStage<128>, w) + 2 * kWgSboKeys &&
                   sizeof(RowNorms) % 16 == 0 && sizeof(RawQKG) % 16 == 0 &&
                   sizeof(PrepPrivate) % 16 == 0,
               "16-byte aligned stages");

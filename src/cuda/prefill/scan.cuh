@@ -183,7 +183,11 @@ __device__ __forceinline__ void scan_chunk_wg(const PrefillArgs& a, const WgScan
   using namespace device;
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   constexpr int kTiles = kC / 8;
-  float vn[kTiles][4], o[kTiles][4];  // [token tile][fragment] = the m64n16 accumulator
+  // [token tile][fragment]: tiles 0, 1 V_new^T, tiles 2, 3 O^T, the m64n32 accumulator of one
+  // wgmma per k step (-W and qs are adjacent in the stage: N = 32 stacked, config.h).
+  float acc[2 * kTiles][4];
+  auto& vn = *reinterpret_cast<float(*)[kTiles][4]>(&acc[0]);
+  auto& o = *reinterpret_cast<float(*)[kTiles][4]>(&acc[kTiles]);
 #pragma unroll
   for (int m = 0; m < kTiles; ++m) {
     vn[m][0] = with_u ? sb.u[8 * m + 2 * t][vc + g] : 0.0f;
@@ -194,13 +198,11 @@ __device__ __forceinline__ void scan_chunk_wg(const PrefillArgs& a, const WgScan
     for (int f = 0; f < 4; ++f) o[m][f] = 0.0f;
   }
   auto& vn8 = reinterpret_cast<float(&)[8]>(vn);
-  auto& o8 = reinterpret_cast<float(&)[8]>(o);
+  auto& acc16 = reinterpret_cast<float(&)[16]>(acc);
   auto& S64 = reinterpret_cast<float(&)[64]>(S);
   // One k step of 8 keys is 2 core matrices = 256 bytes = 16 in the descriptor's address field.
-  const uint64_t desc_w = smem_desc_noswizzle(sb.w, kWgLbo, kWgSboKeys);
-  const uint64_t desc_q = smem_desc_noswizzle(sb.qs, kWgLbo, kWgSboKeys);
-  wgmma_fence_operands(vn8);
-  wgmma_fence_operands(o8);
+  const device::SmemDesc desc_w = smem_desc_noswizzle(sb.w, kWgLbo, kWgSboKeys);
+  wgmma_fence_operands(acc16);
   constexpr int kBatch = 4;
 #pragma unroll
   for (int b = 0; b < kK / 8; b += kBatch) {
@@ -210,52 +212,33 @@ __device__ __forceinline__ void scan_chunk_wg(const PrefillArgs& a, const WgScan
     wgmma_fence();
 #pragma unroll
     for (int jj = 0; jj < kBatch; ++jj) {
-      wgmma_m64n16k8_tf32_rs(vn8, af[jj], desc_w + 16 * (b + jj), true);
-      if constexpr (kOut) wgmma_m64n16k8_tf32_rs(o8, af[jj], desc_q + 16 * (b + jj), true);
+      if constexpr (kOut)
+        wgmma_m64n32k8_tf32_rs(acc16, af[jj], desc_w + 16 * (b + jj), true);
+      else
+        wgmma_m64n16k8_tf32_rs(vn8, af[jj], desc_w + 16 * (b + jj), true);
     }
     wgmma_commit_group();
     wgmma_wait_group<0>();
   }
-  wgmma_fence_operands(vn8);
+  wgmma_fence_operands(acc16);
   if constexpr (kOut) {
-    // Intra-chunk part of O^T: V_new^T A_qk^T, the source tokens as 2 k steps (A_qk^T's zeros
-    // above the diagonal make the second step add nothing to the first token tile).
-    uint32_t av[kTiles][4];
+    // Intra-chunk part of O^T: V_new^T A_qk^T by mma.sync (A_qk lower triangular: 3 tiles),
+    // B from A_qk^T's core-matrix layout (slot t <- key 2t, slot t + 4 <- 2t + 1: wg_slot). As a
+    // wgmma on a slice of the m64n32 accumulator it made ptxas serialise every wgmma of the
+    // chunk (C7511).
+    const unsigned char* aq = sb.aqk;
 #pragma unroll
-    for (int m = 0; m < kTiles; ++m) acc_to_a(vn[m], av[m]);
-    const uint64_t desc_a = smem_desc_noswizzle(sb.aqk, kWgLbo, kWgSboTok);
-    wgmma_fence();
+    for (int m = 0; m < kTiles; ++m) {
+      uint32_t av[4];
+      acc_to_a(vn[m], av);
 #pragma unroll
-    for (int m = 0; m < kTiles; ++m) wgmma_m64n16k8_tf32_rs(o8, av[m], desc_a + 16 * m, true);
-    wgmma_commit_group();
-    wgmma_wait_group<0>();
-    wgmma_fence_operands(o8);
+      for (int mr = m; mr < kTiles; ++mr)  // token tile mr of O^T reads source tile m
+        device::mma_m16n8k8_tf32(
+            o[mr], av,
+            *reinterpret_cast<const uint32_t*>(aq + wg_tf32_offset(8 * mr + g, 8 * m + 2 * t, kWgSboTok)),
+            *reinterpret_cast<const uint32_t*>(aq + wg_tf32_offset(8 * mr + g, 8 * m + 2 * t + 1, kWgSboTok)));
+    }
   }
-
-  // S^T = S^T diag(decay) + V_new^T ke, split bf16 as in scan_chunk: one m64n128k16 per product.
-  uint32_t vh[4], vl[4];
-  split_bf16x2(vn[0][0], vn[0][1], vh[0], vl[0]);
-  split_bf16x2(vn[0][2], vn[0][3], vh[1], vl[1]);
-  split_bf16x2(vn[1][0], vn[1][1], vh[2], vl[2]);
-  split_bf16x2(vn[1][2], vn[1][3], vh[3], vl[3]);
-#pragma unroll
-  for (int j = 0; j < kK / 8; ++j) {
-    const float2 d = *reinterpret_cast<const float2*>(&sb.decay[8 * j + 2 * t]);
-    S[j][0] *= d.x;
-    S[j][1] *= d.y;
-    S[j][2] *= d.x;
-    S[j][3] *= d.y;
-  }
-  const uint64_t desc_kh = smem_desc_noswizzle(sb.ke_hi, kWgLbo, kWgSboKe);
-  const uint64_t desc_kl = smem_desc_noswizzle(sb.ke_lo, kWgLbo, kWgSboKe);
-  wgmma_fence_operands(S64);
-  wgmma_fence();
-  wgmma_m64n128k16_bf16_rs(S64, vl, desc_kh, true);
-  wgmma_m64n128k16_bf16_rs(S64, vh, desc_kl, true);
-  wgmma_m64n128k16_bf16_rs(S64, vh, desc_kh, true);
-  wgmma_commit_group();
-  wgmma_wait_group<0>();
-  wgmma_fence_operands(S64);
 
   if constexpr (kOut) {  // O^T -> bf16 staging -> 16-byte stores
     __syncwarp();
@@ -272,6 +255,32 @@ __device__ __forceinline__ void scan_chunk_wg(const PrefillArgs& a, const WgScan
       *reinterpret_cast<uint4*>(out_rows + tok * a.out_stride + 8 * half) =
           *reinterpret_cast<const uint4*>(&ostage[tok][8 * half]);
   }
+
+  // S^T = S^T diag(decay) + V_new^T ke, split bf16 as in scan_chunk: one m64n128k16 per product.
+  uint32_t vh[4], vl[4];
+  split_bf16x2(vn[0][0], vn[0][1], vh[0], vl[0]);
+  split_bf16x2(vn[0][2], vn[0][3], vh[1], vl[1]);
+  split_bf16x2(vn[1][0], vn[1][1], vh[2], vl[2]);
+  split_bf16x2(vn[1][2], vn[1][3], vh[3], vl[3]);
+#pragma unroll
+  for (int j = 0; j < kK / 8; ++j) {
+    const float2 d = *reinterpret_cast<const float2*>(&sb.decay[8 * j + 2 * t]);
+    S[j][0] *= d.x;
+    S[j][1] *= d.y;
+    S[j][2] *= d.x;
+    S[j][3] *= d.y;
+  }
+  const device::SmemDesc desc_kh = smem_desc_noswizzle(sb.ke_hi, kWgLbo, kWgSboKe);
+  const device::SmemDesc desc_kl = smem_desc_noswizzle(sb.ke_lo, kWgLbo, kWgSboKe);
+  wgmma_fence_operands(S64);
+  wgmma_fence();
+  wgmma_m64n128k16_bf16_rs(S64, vl, desc_kh, true);
+  wgmma_m64n128k16_bf16_rs(S64, vh, desc_kl, true);
+  wgmma_m64n128k16_bf16_rs(S64, vh, desc_kh, true);
+  wgmma_commit_group();
+
+  wgmma_wait_group<0>();
+  wgmma_fence_operands(S64);
 }
 
 }  // namespace fastkda::prefill_cuda
