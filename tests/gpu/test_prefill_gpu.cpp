@@ -96,9 +96,9 @@ TEST(PrefillGpu, WorkspaceSizeAndDimsChecked) {
                fastkda::Device::kCUDA);
   DeviceBuf out(p.out_elems() * 2);
   f.out = out.get();  // forward_workspace_size validates the problem first
-  // Tb and A_qk (2 KiB) per chunk slot and value head; slots = tokens / 16 + N.
+  // Tb, A_qk and the row norms (2176 B) per chunk slot and value head; slots = tokens / 16 + N.
   const size_t slots = size_t(f.B * f.T / 16 + f.B);
-  EXPECT_EQ(fastkda::forward_workspace_size(f), (slots * f.HV * 2048 + 255) / 256 * 256);
+  EXPECT_EQ(fastkda::forward_workspace_size(f), (slots * f.HV * 2176 + 255) / 256 * 256);
   DeviceBuf ws(fastkda::forward_workspace_size(f));
   f.workspace = ws.get();
   f.workspace_bytes = fastkda::forward_workspace_size(f) - 1;
@@ -767,7 +767,7 @@ TEST(PrefillGpu, SplitTInvariants) {
   DeviceBuf out(p.out_elems() * 2);
   f.out = out.get();
   const size_t tokens = 251, n = 4;
-  const size_t chunk_bytes = ((tokens / 16 + n) * f.HV * 2048 + 255) / 256 * 256;
+  const size_t chunk_bytes = ((tokens / 16 + n) * f.HV * 2176 + 255) / 256 * 256;
   EXPECT_EQ(fastkda::forward_workspace_size(f), chunk_bytes + (tokens / 64 + n) * f.HV * 131072);
   check_graph_capture(c);
 }

@@ -145,14 +145,10 @@ __device__ __forceinline__ void gate_rows(const PrefillArgs& a, const float (&x)
 }
 
 // Thread i (key column i): the gate of its column for all kC rows and the cumulative sum G (log2)
-// in registers (Gr); warps compute the row norms of q and k into nrm.rq / nrm.rk. With kFull (the
-// intra kernel) also G in pp.G, the per-row anchor spans reduced over the warp's 32 columns, and
-// the activated beta (threads 0..kC-1).
-template <bool kFull, class Raw, class Priv>
-__device__ __forceinline__ void gate_scan(const PrefillArgs& a, Priv& pp, const Raw& r, int nvalid,
-                                          float bias, float A, float beta_raw, int i,
-                                          float (&Gr)[kC]) {
-  const int lane = i & 31, warp = i >> 5;
+// in registers (Gr). Both kernels.
+template <class Raw>
+__device__ __forceinline__ void gate_cumsum(const PrefillArgs& a, const Raw& r, int nvalid,
+                                            float bias, float A, int i, float (&Gr)[kC]) {
   const uint16_t* g16 = reinterpret_cast<const uint16_t*>(&r.g[0][0]);
   float x[kC];
 #pragma unroll
@@ -166,16 +162,50 @@ __device__ __forceinline__ void gate_scan(const PrefillArgs& a, Priv& pp, const 
     G += al2[row];
     Gr[row] = G;
   }
-  if constexpr (kFull) {
+}
+
+// Sums each of a lane's kN values over the 32 lanes of the warp with 31 shuffles in all (not
+// 5 kN): every round halves the values a lane keeps, exchanging the other half with the partner
+// lane. On return v[0] of lane l holds the total of value (l / (32 / kN)) (kN a power of 2 <= 32).
+template <int kN>
+__device__ __forceinline__ void warp_sum_many(float (&v)[kN], int lane) {
+  int n = kN;
 #pragma unroll
-    for (int row = 0; row < kC; ++row) {
-      pp.G[row][i] = Gr[row];
-      const float span = (row < kHalf ? 0.0f : Gr[kHalf - 1]) - Gr[row];  // >= 0 (valid gates)
-      const uint32_t m = device::redux_max_u32(__float_as_uint(span));
-      if (lane == 0) pp.span[warp][row] = m;
+  for (int o = 16; o > 0; o >>= 1) {
+    if (n > 1) {
+      n >>= 1;
+      const bool upper = lane & o;  // keeps the upper half of the values
+#pragma unroll
+      for (int j = 0; j < kN / 2; ++j) {
+        if (j < n) {
+          const float send = upper ? v[j] : v[j + n];
+          const float keep = upper ? v[j + n] : v[j];
+          v[j] = keep + __shfl_xor_sync(0xffffffffu, send, o);
+        }
+      }
+    } else {
+      v[0] += __shfl_xor_sync(0xffffffffu, v[0], o);
     }
-    if (i < kC) pp.beta[i] = i < nvalid ? beta_activation(a, beta_raw) : 0.0f;
   }
+}
+
+// The intra kernel's gate pass: gate_cumsum, G in pp.G, the per-row anchor spans reduced over the
+// warp's 32 columns, the activated beta (threads 0..kC-1), and the row norms of q and k into
+// pp.rq / pp.rk (written to the workspace for the scan's prepare).
+template <class Raw, class Priv>
+__device__ __forceinline__ void gate_scan(const PrefillArgs& a, Priv& pp, const Raw& r, int nvalid,
+                                          float bias, float A, float beta_raw, int i,
+                                          float (&Gr)[kC]) {
+  const int lane = i & 31, warp = i >> 5;
+  gate_cumsum(a, r, nvalid, bias, A, i, Gr);
+#pragma unroll
+  for (int row = 0; row < kC; ++row) {
+    pp.G[row][i] = Gr[row];
+    const float span = (row < kHalf ? 0.0f : Gr[kHalf - 1]) - Gr[row];  // >= 0 (valid gates)
+    const uint32_t m = device::redux_max_u32(__float_as_uint(span));
+    if (lane == 0) pp.span[warp][row] = m;
+  }
+  if (i < kC) pp.beta[i] = i < nvalid ? beta_activation(a, beta_raw) : 0.0f;
   // Row norms: 2 * kC rows (q then k) over the 4 warps; lane reads 4 columns.
   constexpr int kRows = 2 * kC / kPrepWarps;
   float ss[kRows];
@@ -188,20 +218,14 @@ __device__ __forceinline__ void gate_scan(const PrefillArgs& a, Priv& pp, const 
     const float x2 = bf16_bits_to_f32(u.y & 0xffff), x3 = bf16_bits_to_f32(u.y >> 16);
     ss[j] = x0 * x0 + x1 * x1 + x2 * x2 + x3 * x3;
   }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1)
-#pragma unroll
-    for (int j = 0; j < kRows; ++j) ss[j] += __shfl_xor_sync(0xffffffffu, ss[j], o);
-  if (lane == 0) {
-#pragma unroll
-    for (int j = 0; j < kRows; ++j) {
-      const int idx = warp * kRows + j;
-      const float rn = a.l2norm ? device::rsqrt_approx(ss[j] + 1e-6f) : 1.0f;
-      if (idx < kC)
-        pp.rq[idx] = rn;
-      else
-        pp.rk[idx - kC] = rn;
-    }
+  warp_sum_many(ss, lane);
+  if (lane % (32 / kRows) == 0) {
+    const int idx = warp * kRows + lane / (32 / kRows);
+    const float rn = a.l2norm ? device::rsqrt_approx(ss[0] + 1e-6f) : 1.0f;
+    if (idx < kC)
+      pp.rq[idx] = rn;
+    else
+      pp.rk[idx - kC] = rn;
   }
 }
 

@@ -22,10 +22,12 @@ constexpr int kPrepThreads = 32 * kPrepWarps;  // one thread per key column in t
 static_assert(kPrepThreads == kK, "prepare threads own one key column each");
 
 // Workspace: per (chunk slot, value head) the intra kernel writes Tb = (I + N)^-1 diag(beta) and
-// A_qk, kC x kC f32 each (2 KiB per chunk and head, 128 B per token and head). A chunk slot of
+// A_qk, kC x kC f32 each, and the chunk's inverse row norms of q and k (kC f32 each, so that the
+// scan's prepare does not reduce them again): 2176 B per chunk and head, 136 B per token and
+// head. A chunk slot of
 // chunk c of sequence n is (bos_n / kC) + n + c: injective, computable by both kernels without
 // any host work; every slot is < total_tokens / kC + N.
-constexpr int kWsFloats = 2 * kC * kC;
+constexpr int kWsFloats = 2 * kC * kC + 2 * kC;  // Tb, A_qk, then 1 / ||q||, 1 / ||k|| per row
 constexpr size_t kWsBytes = kWsFloats * sizeof(float);
 
 // Split T (split.cuh): segment j of sequence n has segment slot bos_n / (seg_chunks kC) + n + j
@@ -119,6 +121,7 @@ template <int kVs>
 struct RawStage {
   float tb[kC][kC];     // Tb = (I + N)^-1 diag(beta) from the workspace
   float aqk[kC][kC];    // A_qk from the workspace
+  float rq[kC], rk[kC];  // 1 / ||q||, 1 / ||k|| per row (1 without l2norm), from the workspace
   uint16_t q[kC][kK];   // bf16
   uint16_t k[kC][kK];   // bf16
   uint16_t v[kC][kVs];  // bf16, this CTA's value columns
@@ -183,15 +186,10 @@ struct WgScanStage {
 template <int kVs>
 using ScanStageOf = std::conditional_t<uses_wgmma<kVs>(), WgScanStage<kVs>, ScanStage<kVs>>;
 
-struct RowNorms {
-  float rq[kC], rk[kC];  // 1 / ||q||, 1 / ||k|| per row
-};
-
 template <int kVs>
 struct SharedPlan {
   RawStage<kVs> raw[prep_groups<kVs>()][2];   // group p: its chunks alternate raw[p][0], [p][1]
   ScanStageOf<kVs> scan[prep_groups<kVs>()];  // chunk c in scan[c % groups]
-  RowNorms norms[prep_groups<kVs>()];
   uint16_t ostage[kVs / 16][kC][kLdOut];  // per scan warp: bf16 output tile before 16-B stores
 };
 
@@ -207,8 +205,11 @@ static_assert(sizeof(RawStage<128>) % 16 == 0 && sizeof(ScanStage<128>) % 16 == 
                   sizeof(RawStage<64>) % 16 == 0 && sizeof(ScanStage<64>) % 16 == 0 &&
                   sizeof(WgScanStage<64>) % 128 == 0 && sizeof(WgScanStage<128>) % 128 == 0 &&
                   offsetof(WgScanStage<128>, qs) == offsetof(WgScanStage<128>, w) + 2 * kWgSboKeys &&
-                  sizeof(RowNorms) % 16 == 0 && sizeof(RawQKG) % 16 == 0 &&
+                  sizeof(RawQKG) % 16 == 0 &&
                   sizeof(PrepPrivate) % 16 == 0,
               "16-byte aligned stages");
+static_assert(offsetof(RawStage<128>, rk) == offsetof(RawStage<128>, tb) + (kWsFloats - kC) * 4 &&
+                  offsetof(RawStage<32>, q) == offsetof(RawStage<32>, tb) + kWsBytes,
+              "the workspace record is one contiguous copy into the raw stage");
 
 }  // namespace fastkda::prefill_cuda

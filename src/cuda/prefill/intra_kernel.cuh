@@ -5,8 +5,8 @@
 // Grid: (chunk slot, value head); slot s belongs to the sequence n with slot_base(n) <= s <
 // slot_base(n + 1) (binary search over cu_seqlens; slots past a sequence's last chunk exit).
 // One CTA of 4 warps (kPrepThreads) per chunk, kIntraCtasPerSm CTAs per SM; shared memory
-// IntraPlan (config.h). Reads q, k, g, beta of the chunk; writes Tb and A_qk (2 KiB) to the
-// workspace at chunk_ws(slot, hv), read by prefill_kernel's prepare warps.
+// IntraPlan (config.h). Reads q, k, g, beta of the chunk; writes Tb, A_qk and the row norms
+// (2176 B) to the workspace at chunk_ws(slot, hv), read by prefill_kernel's prepare warps.
 #pragma once
 
 #include "cuda/prefill/intra.cuh"
@@ -39,7 +39,7 @@ __global__ void __launch_bounds__(kPrepThreads, kIntraCtasPerSm)
   __syncthreads();
 
   float Gr[kC];
-  gate_scan<true>(a, sm.pp, sm.raw, nvalid, bias, A, beta_raw, i, Gr);
+  gate_scan(a, sm.pp, sm.raw, nvalid, bias, A, beta_raw, i, Gr);
   __syncthreads();
   anchored_operands(a, sm.pp, sm.raw, i, Gr);  // also: the gate rows are dead from here on
   __syncthreads();
@@ -50,8 +50,12 @@ __global__ void __launch_bounds__(kPrepThreads, kIntraCtasPerSm)
     __syncthreads();
   }
 
-  float* ws = chunk_ws(a, slot, hv);  // [Tb kC x kC][A_qk kC x kC]
-  if (i < kC) invert_unit_lower(sm.pp, i, ws);
+  float* ws = chunk_ws(a, slot, hv);  // [Tb kC x kC][A_qk kC x kC][rq kC][rk kC]
+  if (i < kC) {
+    invert_unit_lower(sm.pp, i, ws);
+    ws[2 * kC * kC + i] = sm.pp.rq[i];
+    ws[2 * kC * kC + kC + i] = sm.pp.rk[i];
+  }
 #pragma unroll
   for (int e = i; e < kC * kC; e += kPrepThreads) ws[kC * kC + e] = sm.raw.aqk[e / kC][e % kC];
 }

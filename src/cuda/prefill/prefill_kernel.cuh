@@ -9,7 +9,7 @@
 // ScanJob says what each CTA does.
 // Warp roles (warp specialised, no CTA-wide barrier in the main loop):
 //   warps 0..4G-1  G = prep_groups<kVs>() prepare groups of 4 warps alternating chunks: cp.async
-//                  of q, k, v, g, Tb, A_qk (two raw stages per group), gate + cumsum, l2 norms,
+//                  of q, k, v, g, Tb, A_qk, row norms (two raw stages per group), gate + cumsum,
 //                  qs, ke, decay, W = Tb (k^ . 2^G), U = Tb v (split-bf16 MMA)
 //                  -> ScanStage scan[c % G]                                      (prepare.cuh)
 //   warps 4G..     scan: state S^T stationary in registers (f32), per chunk two tf32 products
@@ -145,11 +145,10 @@ __device__ __forceinline__ void prepare_role(const PrefillArgs& a, SharedPlan<kV
     device::cp_async_wait_group<1>();
     device::bar_sync(bar_prep, kPrepThreads);
 
-    float Gr[kC];
-    gate_scan<false>(a, sm.norms[p], raw, nvalid_of(c), bias, A, 0.0f, i, Gr);
-    device::bar_sync(bar_prep, kPrepThreads);
+    float Gr[kC];  // per thread (column), nothing shared: no group barrier before the stage writes
+    gate_cumsum(a, raw, nvalid_of(c), bias, A, i, Gr);
     if (k > 0) device::bar_sync(kBarEmpty0 + p, kThreads);  // scan done with stage p
-    scan_operands(a, sm.norms[p], raw, sb, i, Gr, kOutputs, with_u);
+    scan_operands(a, raw, sb, i, Gr, kOutputs, with_u);
     // The wgmma scan reads the stage through the async proxy: order these generic writes first.
     if constexpr (uses_wgmma<kVs>()) device::fence_proxy_async_shared();
     // The group's writes of stage p are complete before any of its threads signals the scan

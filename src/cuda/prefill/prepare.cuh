@@ -2,7 +2,7 @@
 // tokens, the light elementwise part of DESIGN §2's chunked form and the two products with the
 // intra kernel's Tb = (I + N)^-1 diag(beta) (workspace):
 //
-//   raw q, k, v, g, Tb, A_qk (smem, cp.async)  ->  G, row norms          (common.cuh gate_scan)
+//   raw q, k, v, g, Tb, A_qk, row norms (smem, cp.async)  ->  G           (common.cuh gate_cumsum)
 //                                              ->  scan_operands: qs = scale q^ . 2^G,
 //                                                  ke = (k^ . 2^(G_C - G))^T, decay = 2^G_C, A_qk,
 //                                                  -W = -Tb (k^ . 2^G), U = Tb v  (split-bf16 MMA)
@@ -13,7 +13,7 @@
 namespace fastkda::prefill_cuda {
 
 // Issues the cp.async copies of chunk `chunk`'s inputs into r: q, k, g, this CTA's v columns and
-// the 2 KiB of Tb and A_qk from the workspace.
+// the workspace record (Tb, A_qk, row norms: 136 16-byte pieces).
 template <int kVs>
 __device__ __forceinline__ void load_stage(const PrefillArgs& a, RawStage<kVs>& r, int64_t tok0,
                                            int nvalid, int64_t slot, int h, int hv, int v0,
@@ -26,8 +26,10 @@ __device__ __forceinline__ void load_stage(const PrefillArgs& a, RawStage<kVs>& 
     device::cp_async_cg_16(&r.v[row][col], a.v + tok * a.v_stride + int64_t(hv) * kV + v0 + col,
                            ok ? 16 : 0);
   }
-  static_assert(kWsFloats == 4 * kPrepThreads, "one 16-byte copy per thread");
-  device::cp_async_cg_16(&r.tb[0][0] + 4 * tid, chunk_ws(a, slot, hv) + 4 * tid, 16);
+  static_assert(kWsFloats % 4 == 0 && kWsFloats <= 8 * kPrepThreads, "two 16-byte pieces at most");
+  const float* ws = chunk_ws(a, slot, hv);
+  for (int e = 4 * tid; e < kWsFloats; e += 4 * kPrepThreads)
+    device::cp_async_cg_16(&r.tb[0][0] + e, ws + e, 16);
 }
 
 // The f32 rows of kw = k^ . 2^G: their own buffer in the wgmma stage, the -W buffer (overwritten
@@ -113,8 +115,7 @@ __device__ __forceinline__ void tb_products(const RawStage<kVs>& r, ScanStageOf<
 // then its warp forms -W and U with tensor cores (tb_products). The split-T transition pass skips
 // qs and A_qk (no outputs) and, for its identity rows, U.
 template <int kVs>
-__device__ __forceinline__ void scan_operands(const PrefillArgs& a, const RowNorms& nrm,
-                                              const RawStage<kVs>& r, ScanStageOf<kVs>& sb, int i,
+__device__ __forceinline__ void scan_operands(const PrefillArgs& a, const RawStage<kVs>& r, ScanStageOf<kVs>& sb, int i,
                                               const float (&Gr)[kC], bool outputs, bool with_u) {
   using device::ex2_approx;
   constexpr bool kWg = uses_wgmma<kVs>();
@@ -123,8 +124,8 @@ __device__ __forceinline__ void scan_operands(const PrefillArgs& a, const RowNor
   float ke[kC];  // f32, split into bf16 hi + lo below
 #pragma unroll
   for (int row = 0; row < kC; ++row) {
-    const float kn = bf16_bits_to_f32(r.k[row][i]) * nrm.rk[row];
-    const float qn = bf16_bits_to_f32(r.q[row][i]) * nrm.rq[row] * a.scale;
+    const float kn = bf16_bits_to_f32(r.k[row][i]) * r.rk[row];
+    const float qn = bf16_bits_to_f32(r.q[row][i]) * r.rq[row] * a.scale;
     const float e0 = ex2_approx(Gr[row]);  // 2^G <= 1
     kw[row][i] = kn * e0;                  // kw, f32; tb_products turns it into -W
     if (outputs) {
