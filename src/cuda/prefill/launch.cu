@@ -133,7 +133,8 @@ bool use_longest_first(const ForwardParams& p, int64_t num_seq, const Plan& plan
 
 // Split T pays when there are too few (sequence, head) pairs to fill the GPU and the sequences are
 // long. Cost model from the measured time of one 16-token chunk of a scan CTA with kVs value rows
-// (one CTA per SM, docs/prefill.md): ~1.5 / 1.7 / 2.6 us for kVs = 32 / 64 / 128. Unsplit: one
+// (one CTA per SM, docs/prefill.md; H200, session 4: scan time of H32 T16384, H64 and H96 fixed
+// T8192 less the intra kernel): ~1.35 / 1.55 / 2.08 us for kVs = 32 / 64 / 128. Unsplit: one
 // CTA walks all chunks. Split into nseg segments of kVs = 128 CTAs: pass 1 runs heads x (2 nseg -
 // 3) CTAs without outputs (~0.85 of a chunk's time), pass 2 heads x nseg CTAs, in whole waves,
 // plus ~3 us per segment to combine. Lengths are known only on average for varlen (cu_seqlens stays
@@ -155,7 +156,7 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
   }
   const double chunks = double(p.B * p.T) / double(num_seq) / prefill_cuda::kC;  // per sequence
   auto waves = [&](int64_t ctas) { return double((ctas + sms - 1) / sms); };
-  auto chunk_us = [](int vsplit) { return vsplit == 4 ? 1.5 : vsplit == 2 ? 1.7 : 2.6; };
+  auto chunk_us = [](int vsplit) { return vsplit == 4 ? 1.35 : vsplit == 2 ? 1.55 : 2.08; };
   const double whole = waves(heads * plan.vsplit) * chunks * chunk_us(plan.vsplit);
   const int vs = env_vsplit() ? env_vsplit() : 1;  // value split of the split-T passes
   double best = 0.8 * whole;                       // split only for a clear gain
