@@ -5,7 +5,8 @@
 # gpu_check_decode.sh.
 #
 #   scripts/gpu_check.sh build            here (nvcc, no GPU): CMake build into build-gpu
-#   scripts/gpu_check.sh run [steps]      on the GPU machine; steps: tests demo bench (default all)
+#   scripts/gpu_check.sh run [steps]      on the GPU machine; steps: tests python demo bench
+#                                         (default: tests demo bench)
 #
 # Device call: run(command="scripts/gpu_check.sh run", carry=["build-gpu/fastkda_gpu_tests",
 #   "build-gpu/fastkda_demo", "build-gpu/libfastkda_decode_bench.so", ".whl"])
@@ -36,6 +37,18 @@ run() {
         timeout 300 $B/fastkda_gpu_tests >"$OUT/gpu_tests.log" 2>&1
         summary+="gpu tests rc=$? $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/gpu_tests.log" | tr '\n' ' ')"$'\n'
         summary+="$(grep -E '^\[  FAILED  \]' "$OUT/gpu_tests.log")"$'\n' ;;
+      python)
+        # The Python package built there (no network: carry .deps/cutlass_include) and its CUDA
+        # tests (tests/python/test_cuda.py: fwd / chunk_kda / prefill / decode vs the CPU oracle).
+        local t0=$SECONDS
+        CMAKE_BUILD_PARALLEL_LEVEL=16 timeout 400 python3 -m pip install -q --no-build-isolation \
+          --no-deps --target /tmp/fastkda_py -Cbuild-dir=/tmp/fastkda_pybuild \
+          -Ccmake.define.FASTKDA_CUTLASS_INCLUDE="$PWD/.deps/cutlass_include" . \
+          >"$OUT/python_build.log" 2>&1
+        summary+="python build rc=$? ($((SECONDS - t0)) s)"$'\n'
+        PYTHONPATH=/tmp/fastkda_py:${PYTHONPATH:-} timeout 300 python3 -m pytest -q -s -p no:cacheprovider \
+          tests/python/test_cuda.py >"$OUT/pytest_cuda.log" 2>&1
+        summary+="pytest cuda rc=$? $(tail -1 "$OUT/pytest_cuda.log")"$'\n' ;;
       demo)
         $B/fastkda_demo >"$OUT/demo.log" 2>&1
         summary+="demo rc=$?"$'\n'"$(cat "$OUT/demo.log")"$'\n' ;;
