@@ -77,6 +77,39 @@ __device__ __forceinline__ void store_state(StateRef dst, int row, const float (
     }
 }
 
+// V_new^T's two token tiles (m16n8 accumulators) as the split-bf16 A fragment of the state update:
+// one m16n8k16 / m64n128k16 step over the chunk's 16 tokens (row g / g + 8, tokens 2t, 2t + 1 and
+// 8 + 2t, 8 + 2t + 1), hi + lo.
+__device__ __forceinline__ void split_vnew(const float (&vn)[kC / 8][4], uint32_t (&vh)[4],
+                                           uint32_t (&vl)[4]) {
+  static_assert(kC == 16, "one k16 step over the chunk's tokens");
+  device::split_bf16x2(vn[0][0], vn[0][1], vh[0], vl[0]);
+  device::split_bf16x2(vn[0][2], vn[0][3], vh[1], vl[1]);
+  device::split_bf16x2(vn[1][0], vn[1][1], vh[2], vl[2]);
+  device::split_bf16x2(vn[1][2], vn[1][3], vh[3], vl[3]);
+}
+
+// O^T (this warp's 16 value rows x 16 tokens, m16n8 accumulators) -> bf16 staging [token][value]
+// -> 16-byte stores of the valid token rows.
+__device__ __forceinline__ void store_out_tile(const PrefillArgs& a, uint16_t (&ostage)[kC][kLdOut],
+                                               const float (&o)[kC / 8][4], uint16_t* out_rows,
+                                               int nvalid) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  __syncwarp();
+#pragma unroll
+  for (int m = 0; m < kC / 8; ++m)
+#pragma unroll
+    for (int f = 0; f < 4; ++f) {
+      const int tok = 8 * m + 2 * t + (f & 1), v = g + (f >= 2 ? 8 : 0);
+      ostage[tok][v] = __bfloat16_as_ushort(__float2bfloat16_rn(o[m][f]));
+    }
+  __syncwarp();
+  const int tok = lane >> 1, half = lane & 1;
+  if (tok < nvalid)
+    *reinterpret_cast<uint4*>(out_rows + tok * a.out_stride + 8 * half) =
+        *reinterpret_cast<const uint4*>(&ostage[tok][8 * half]);
+}
+
 // One chunk of the scan for this warp's 16 rows of S^T (column `vc` of the CTA's slice). With
 // kOut, O^T goes to `ostage` (bf16) and from there to out with 16-byte stores (valid rows only);
 // without (the split-T transition pass) only V_new and the state update run. Without with_u,
@@ -128,20 +161,7 @@ __device__ __forceinline__ void scan_chunk(const PrefillArgs& a, const ScanStage
         mma_f2(o[0][m], av[mk],
                *reinterpret_cast<const float2*>(&sb.aqk[8 * m + g][8 * mk + 2 * t]));
 
-    // O^T -> bf16 staging [token][value] -> 16-byte stores of valid rows.
-    __syncwarp();
-#pragma unroll
-    for (int m = 0; m < kTiles; ++m)
-#pragma unroll
-      for (int f = 0; f < 4; ++f) {
-        const int tok = 8 * m + 2 * t + (f & 1), v = g + (f >= 2 ? 8 : 0);
-        ostage[tok][v] = __bfloat16_as_ushort(__float2bfloat16_rn(o[0][m][f]));
-      }
-    __syncwarp();
-    const int tok = lane >> 1, half = lane & 1;
-    if (tok < nvalid)
-      *reinterpret_cast<uint4*>(out_rows + tok * a.out_stride + 8 * half) =
-          *reinterpret_cast<const uint4*>(&ostage[tok][8 * half]);
+    store_out_tile(a, ostage, o[0], out_rows, nvalid);
   }
 
   // S^T = S^T diag(decay) + V_new^T ke with split-bf16 operands (hi.hi + hi.lo + lo.hi, ~16
@@ -149,12 +169,8 @@ __device__ __forceinline__ void scan_chunk(const PrefillArgs& a, const ScanStage
   // the final state's error is made of when it is built from few tokens (gates of -1000).
   // One m16n8k16 per key tile: the V_new^T accumulators of the two token tiles are the A fragment
   // as they are (row g / g + 8, tokens 2t, 2t + 1 and 8 + 2t, 8 + 2t + 1).
-  static_assert(kC == 16, "one k16 step over the chunk's tokens");
   uint32_t vh[4], vl[4];
-  device::split_bf16x2(vn[0][0][0], vn[0][0][1], vh[0], vl[0]);
-  device::split_bf16x2(vn[0][0][2], vn[0][0][3], vh[1], vl[1]);
-  device::split_bf16x2(vn[0][1][0], vn[0][1][1], vh[2], vl[2]);
-  device::split_bf16x2(vn[0][1][2], vn[0][1][3], vh[3], vl[3]);
+  split_vnew(vn[0], vh, vl);
 #pragma unroll
   for (int j = 0; j < kK / 8; ++j) {
     const float2 d = *reinterpret_cast<const float2*>(&sb.decay[8 * j + 2 * t]);
@@ -240,28 +256,11 @@ __device__ __forceinline__ void scan_chunk_wg(const PrefillArgs& a, const WgScan
     }
   }
 
-  if constexpr (kOut) {  // O^T -> bf16 staging -> 16-byte stores
-    __syncwarp();
-#pragma unroll
-    for (int m = 0; m < kTiles; ++m)
-#pragma unroll
-      for (int f = 0; f < 4; ++f) {
-        const int tok = 8 * m + 2 * t + (f & 1), v = g + (f >= 2 ? 8 : 0);
-        ostage[tok][v] = __bfloat16_as_ushort(__float2bfloat16_rn(o[m][f]));
-      }
-    __syncwarp();
-    const int tok = lane >> 1, half = lane & 1;
-    if (tok < nvalid)
-      *reinterpret_cast<uint4*>(out_rows + tok * a.out_stride + 8 * half) =
-          *reinterpret_cast<const uint4*>(&ostage[tok][8 * half]);
-  }
+  if constexpr (kOut) store_out_tile(a, ostage, o, out_rows, nvalid);
 
   // S^T = S^T diag(decay) + V_new^T ke, split bf16 as in scan_chunk: one m64n128k16 per product.
   uint32_t vh[4], vl[4];
-  split_bf16x2(vn[0][0], vn[0][1], vh[0], vl[0]);
-  split_bf16x2(vn[0][2], vn[0][3], vh[1], vl[1]);
-  split_bf16x2(vn[1][0], vn[1][1], vh[2], vl[2]);
-  split_bf16x2(vn[1][2], vn[1][3], vh[3], vl[3]);
+  split_vnew(vn, vh, vl);
 #pragma unroll
   for (int j = 0; j < kK / 8; ++j) {
     const float2 d = *reinterpret_cast<const float2*>(&sb.decay[8 * j + 2 * t]);
