@@ -89,6 +89,15 @@ __device__ __forceinline__ void split_vnew(const float (&vn)[kC / 8][4], uint32_
   device::split_bf16x2(vn[1][2], vn[1][3], vh[3], vl[3]);
 }
 
+// Key tile j of this warp's S^T rows times diag(2^G_C) (the thread's keys 8j + 2t, 8j + 2t + 1).
+__device__ __forceinline__ void decay_tile(float (&s)[4], const float* decay, int j, int t) {
+  const float2 d = *reinterpret_cast<const float2*>(&decay[8 * j + 2 * t]);
+  s[0] *= d.x;
+  s[1] *= d.y;
+  s[2] *= d.x;
+  s[3] *= d.y;
+}
+
 // O^T (this warp's 16 value rows x 16 tokens, m16n8 accumulators) -> bf16 staging [token][value]
 // -> 16-byte stores of the valid token rows.
 __device__ __forceinline__ void store_out_tile(const PrefillArgs& a, uint16_t (&ostage)[kC][kLdOut],
@@ -173,11 +182,7 @@ __device__ __forceinline__ void scan_chunk(const PrefillArgs& a, const ScanStage
   split_vnew(vn[0], vh, vl);
 #pragma unroll
   for (int j = 0; j < kK / 8; ++j) {
-    const float2 d = *reinterpret_cast<const float2*>(&sb.decay[8 * j + 2 * t]);
-    S[j][0] *= d.x;
-    S[j][1] *= d.y;
-    S[j][2] *= d.x;
-    S[j][3] *= d.y;
+    decay_tile(S[j], sb.decay, j, t);
     const uint32_t* kh = sb.ke_hi[8 * j + g];
     const uint32_t* kl = sb.ke_lo[8 * j + g];
     device::mma_m16n8k16_bf16(S[j], vl, kh[t], kh[t + 4]);
@@ -262,13 +267,7 @@ __device__ __forceinline__ void scan_chunk_wg(const PrefillArgs& a, const WgScan
   uint32_t vh[4], vl[4];
   split_vnew(vn, vh, vl);
 #pragma unroll
-  for (int j = 0; j < kK / 8; ++j) {
-    const float2 d = *reinterpret_cast<const float2*>(&sb.decay[8 * j + 2 * t]);
-    S[j][0] *= d.x;
-    S[j][1] *= d.y;
-    S[j][2] *= d.x;
-    S[j][3] *= d.y;
-  }
+  for (int j = 0; j < kK / 8; ++j) decay_tile(S[j], sb.decay, j, t);
   const device::SmemDesc desc_kh = smem_desc_noswizzle(sb.ke_hi, kWgLbo, kWgSboKe);
   const device::SmemDesc desc_kl = smem_desc_noswizzle(sb.ke_lo, kWgLbo, kWgSboKe);
   wgmma_fence_operands(S64);
