@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -288,6 +289,42 @@ TEST(PrefillGpu, CausalBitForBit) {
     Case c;
     c.T = 100, c.gate = gate, c.extreme_gates = gate == GateMode::kSoftplus ? 0.2 : 0.0;
     check_causal(Problem(c), 37, "unsplit");  // mid-chunk
+  }
+}
+
+// A NaN gate stays visible (the per-token decay floor is a max.NaN): one NaN raw gate entry at
+// token t, head 0, key column 5 makes every output of head 0 from token t on and its whole final
+// state NaN (a NaN decay column reaches every value row through the next chunk's W S); head 0
+// before t and every other head are bitwise the run without it (heads are independent).
+TEST(PrefillGpu, NanGatePropagates) {
+  FASTKDA_REQUIRE_GPU();
+  for (GateMode gate : {GateMode::kBounded, GateMode::kSoftplus, GateMode::kPreGated}) {
+    Case c;
+    c.T = 100, c.gate = gate;
+    const Problem p(c);
+    Problem p2 = p;
+    const int64_t t = 37;
+    p2.g.set(size_t(t * p.g_stride + 5), NAN);
+    const Result a = run_gpu(p, DeviceInputs(p)), b = run_gpu(p2, DeviceInputs(p2));
+    const size_t V = kV, head_state = size_t(kK) * kV;
+    for (int64_t r = 0; r < p.rows; ++r)
+      for (int hv = 0; hv < c.HV; ++hv) {
+        const size_t lo = (size_t(r) * c.HV + hv) * V;
+        if (hv != 0 || r < t) {
+          EXPECT_TRUE(b.out.same_bits(a.out, lo, lo + V))
+              << to_string(gate) << ": row " << r << " head " << hv << " changed  " << p.describe();
+        } else {
+          size_t nan = 0;
+          for (size_t i = lo; i < lo + V; ++i) nan += std::isnan(b.out.get(i));
+          EXPECT_EQ(nan, V) << to_string(gate) << ": row " << r << " of head 0  " << p.describe();
+        }
+      }
+    size_t nan = 0;
+    for (size_t i = 0; i < head_state; ++i) nan += std::isnan(b.state.get(i));
+    EXPECT_EQ(nan, head_state) << to_string(gate) << ": final state of head 0  " << p.describe();
+    for (int hv = 1; hv < c.HV; ++hv)
+      EXPECT_TRUE(b.state.same_bits(a.state, hv * head_state, (hv + 1) * head_state))
+          << to_string(gate) << ": final state of head " << hv << "  " << p.describe();
   }
 }
 
