@@ -169,6 +169,7 @@ __device__ __forceinline__ void gate_cumsum(const PrefillArgs& a, const Raw& r, 
 // lane. On return v[0] of lane l holds the total of value (l / (32 / kN)) (kN a power of 2 <= 32).
 template <int kN>
 __device__ __forceinline__ void warp_sum_many(float (&v)[kN], int lane) {
+  static_assert(kN >= 1 && kN <= 32 && (kN & (kN - 1)) == 0, "a power of 2 up to 32 values");
   int n = kN;
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
