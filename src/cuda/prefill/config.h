@@ -147,8 +147,9 @@ struct ScanStage {
 // index 2t, slot t + 4 index 2t + 1 (wg_slot).
 template <int kVs>
 constexpr bool uses_wgmma() {
-  // Measured on the H200 (A/B, 2026-11-29 session 4): kVs = 128 rows 5-6 % faster; at kVs = 64
-  // (one warpgroup) H64 fixed T8192 was 14 % slower (1.243 -> 1.417 ms), so it keeps mma.sync.
+  // Measured on the H200 (A/B, session 4, after removing ptxas' C7520 serialisation): kVs = 128
+  // rows 7-10 % faster than mma.sync; kVs = 64 (one warpgroup) no faster (H64 fixed T8192 1.250
+  // vs 1.237 ms), so kVs = 64 and 32 keep mma.sync.
   return kVs == 128;
 }
 constexpr uint32_t kWgLbo = 128;           // K-adjacent core matrices (every B below)
