@@ -1,6 +1,7 @@
-// GPU unit tests of the wgmma wrappers (src/cuda/device/wgmma.cuh) that the planned 64-token scan
-// builds on: the register layouts of A and D and the no-swizzle K-major shared-memory layout of B
-// behind smem_desc_noswizzle, each against a CPU product of the same (rounded) operands.
+// GPU unit tests of the wgmma wrappers (src/cuda/device/wgmma.cuh) that the kVs = 128 scan (and the
+// planned 64-token scan) builds on: the register layouts of A and D and the no-swizzle K-major
+// shared-memory layout of B behind smem_desc_noswizzle, each against a CPU product of the same
+// (rounded) operands.
 //   tf32 m64n16k8 and m64n32k8, 16 k-steps chained (V_new^T = S^T W^T: 64 value rows, 16 or 32
 //   tokens, 128 keys);
 //   bf16 m64n128k16 (the state update S^T += V_new^T ke: 64 rows, 128 keys, 16 tokens);

@@ -1,7 +1,7 @@
-// Warpgroup MMA (sm_90a wgmma) wrappers for the planned 64-token scan (docs/prefill.md, "Plan for
-// the 64-token scan"): A from registers (the state S^T is an accumulator), B from shared memory
-// through a matrix descriptor, no swizzle. Not used by a kernel yet; tests/gpu/test_wgmma_gpu.cu
-// pins the layouts below against a CPU product.
+// Warpgroup MMA (sm_90a wgmma) wrappers: A from registers (the state S^T is an accumulator), B
+// from shared memory through a matrix descriptor, no swizzle. Used by the kVs = 128 scan
+// (prefill/scan.cuh scan_chunk_wg) and meant for the planned 64-token scan (docs/prefill.md);
+// tests/gpu/test_wgmma_gpu.cu pins the layouts below against a CPU product.
 //
 // Register layouts, per warp w of the warpgroup (rows 16 w .. 16 w + 15 of the 64), g = lane / 4,
 // t = lane % 4 (the mma.sync m16n8 layouts, repeated):
