@@ -9,7 +9,8 @@
 #                                            interleaved ROUNDS times (default 2); a table last
 #
 # Device call: run(command="scripts/ab_branches.sh run", carry=["build-gpu/ab"]). Env: BENCH_FILTER
-# (shape substring), TEST_FILTER (gtest filter). Full logs go to $OUT (or build-gpu/ab/logs).
+# (shape substring), TEST_FILTER (gtest filter), SANITIZE (binary names for compute-sanitizer).
+# Full logs go to $OUT (or build-gpu/ab/logs); at most 8 files come back from $OUT: tar them.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 AB=build-gpu/ab
@@ -42,6 +43,12 @@ run() {
       > "$out/tests_$name.log" 2>&1
     summary+="$name tests rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$out/tests_$name.log" | tr '\n' ' ')"$'\n'
     summary+="$(grep -E 'FAILED  \]' "$out/tests_$name.log" | sort -u)"$'\n'
+  done
+  # Optional: compute-sanitizer on chosen binaries (SANITIZE="name ...", SANITIZE_STEP=racecheck
+  # or sanitize for memcheck too), every value split and split T (gpu_check_prefill.sh).
+  for name in ${SANITIZE:-}; do
+    summary+="$name: $(BIN="$AB/${name}_tests" OUT="$out/san_$name" \
+      scripts/gpu_check_prefill.sh "${SANITIZE_STEP:-racecheck}" | grep '^sanitizer' | tr '\n' ';')"$'\n'
   done
   for r in $(seq 1 "$rounds"); do
     for bin in "$AB"/*_tests; do
