@@ -39,6 +39,34 @@ __host__ __device__ constexpr int bf16_b_offset(int n, int k) {  // in bf16 elem
   return ((n / 8) * kBf16Sbo + (k / 8) * kBf16Lbo) / 2 + (n % 8) * 8 + k % 8;
 }
 
+// The m64nN accumulator of this thread (rows r0 = 16 w + g and r0 + 8) into d (64 x N, row-major).
+template <int N>
+__device__ void store_acc(float* d, const float (&acc)[N / 2]) {
+  const int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int r0 = 16 * w + g, r1 = r0 + 8;
+  for (int i = 0; i < N / 8; ++i) {
+    d[r0 * N + 8 * i + 2 * t] = acc[4 * i + 0];
+    d[r0 * N + 8 * i + 2 * t + 1] = acc[4 * i + 1];
+    d[r1 * N + 8 * i + 2 * t] = acc[4 * i + 2];
+    d[r1 * N + 8 * i + 2 * t + 1] = acc[4 * i + 3];
+  }
+}
+
+// bf16 m64n128k16 operands: B (b: 128 x 16 bf16 bits, [n][k]) into sb's K-major layout, and this
+// thread's A fragment of a (64 x 16 bf16 bits, row-major).
+__device__ void fill_bf16_b(uint16_t* sb, const uint16_t* b) {
+  for (int i = threadIdx.x; i < 128 * 16; i += 128) sb[bf16_b_offset(i / 16, i % 16)] = b[i];
+}
+__device__ void bf16_a_fragment(const uint16_t* a, uint32_t (&af)[4]) {
+  const int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int r0 = 16 * w + g, r1 = r0 + 8;
+  auto pair = [&](int r, int k) {
+    return uint32_t(a[r * 16 + k]) | uint32_t(a[r * 16 + k + 1]) << 16;
+  };
+  af[0] = pair(r0, 2 * t), af[1] = pair(r1, 2 * t), af[2] = pair(r0, 2 * t + 8);
+  af[3] = pair(r1, 2 * t + 8);
+}
+
 // a: 64 x 128 f32 (row-major), b: N x 128 f32 ([n][k]); d: 64 x N (N = 16 or 32).
 template <int N>
 __global__ void tf32_kernel(const float* a, const float* b, float* d, bool swap) {
@@ -69,27 +97,17 @@ __global__ void tf32_kernel(const float* a, const float* b, float* d, bool swap)
   wgmma_commit_group();
   wgmma_wait_group<0>();
   wgmma_fence_operands(acc);
-  for (int i = 0; i < N / 8; ++i) {
-    d[r0 * N + 8 * i + 2 * t] = acc[4 * i + 0];
-    d[r0 * N + 8 * i + 2 * t + 1] = acc[4 * i + 1];
-    d[r1 * N + 8 * i + 2 * t] = acc[4 * i + 2];
-    d[r1 * N + 8 * i + 2 * t + 1] = acc[4 * i + 3];
-  }
+  store_acc<N>(d, acc);
 }
 
 // a: 64 x 16 bf16 bits (row-major), b: 128 x 16 bf16 bits ([n][k]); d: 64 x 128.
 __global__ void bf16_kernel(const uint16_t* a, const uint16_t* b, float* d, bool swap) {
   __shared__ __align__(128) uint16_t sb[16 * kBf16Sbo / 2];
-  for (int i = threadIdx.x; i < 128 * 16; i += 128) sb[bf16_b_offset(i / 16, i % 16)] = b[i];
+  fill_bf16_b(sb, b);
   fence_proxy_async_shared();
   __syncthreads();
-  const int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int r0 = 16 * w + g, r1 = r0 + 8;
-  auto pair = [&](int r, int k) {
-    return uint32_t(a[r * 16 + k]) | uint32_t(a[r * 16 + k + 1]) << 16;
-  };
-  const uint32_t af[4] = {pair(r0, 2 * t), pair(r1, 2 * t), pair(r0, 2 * t + 8),
-                          pair(r1, 2 * t + 8)};
+  uint32_t af[4];
+  bf16_a_fragment(a, af);
   float acc[64] = {};
   const SmemDesc desc = swap ? smem_desc_noswizzle(sb, kBf16Sbo, kBf16Lbo)
                              : smem_desc_noswizzle(sb, kBf16Lbo, kBf16Sbo);
@@ -99,12 +117,7 @@ __global__ void bf16_kernel(const uint16_t* a, const uint16_t* b, float* d, bool
   wgmma_commit_group();
   wgmma_wait_group<0>();
   wgmma_fence_operands(acc);
-  for (int i = 0; i < 16; ++i) {
-    d[r0 * 128 + 8 * i + 2 * t] = acc[4 * i + 0];
-    d[r0 * 128 + 8 * i + 2 * t + 1] = acc[4 * i + 1];
-    d[r1 * 128 + 8 * i + 2 * t] = acc[4 * i + 2];
-    d[r1 * 128 + 8 * i + 2 * t + 1] = acc[4 * i + 3];
-  }
+  store_acc<128>(d, acc);
 }
 
 // The scan's accumulator-to-operand trick on wgmma: S (64 x 128) = A16 B16^T by one bf16
@@ -116,7 +129,7 @@ __global__ void chain_kernel(const uint16_t* a, const uint16_t* b, const float* 
                              float* d) {
   __shared__ __align__(128) uint16_t sb[16 * kBf16Sbo / 2];
   __shared__ __align__(128) float sw[2 * kTf32Sbo / 4];
-  for (int i = threadIdx.x; i < 128 * 16; i += 128) sb[bf16_b_offset(i / 16, i % 16)] = b[i];
+  fill_bf16_b(sb, b);
   for (int i = threadIdx.x; i < 16 * 128; i += 128) {
     const int n = i / 128, key = i % 128, q = key % 8;
     const int slot = 8 * (key / 8) + (q % 2 == 0 ? q / 2 : 4 + q / 2);
@@ -124,13 +137,8 @@ __global__ void chain_kernel(const uint16_t* a, const uint16_t* b, const float* 
   }
   fence_proxy_async_shared();
   __syncthreads();
-  const int wp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int r0 = 16 * wp + g, r1 = r0 + 8;
-  auto pair = [&](int r, int k) {
-    return uint32_t(a[r * 16 + k]) | uint32_t(a[r * 16 + k + 1]) << 16;
-  };
-  const uint32_t af16[4] = {pair(r0, 2 * t), pair(r1, 2 * t), pair(r0, 2 * t + 8),
-                            pair(r1, 2 * t + 8)};
+  uint32_t af16[4];
+  bf16_a_fragment(a, af16);
   float S[64] = {};
   wgmma_fence_operands(S);
   wgmma_fence();
@@ -154,18 +162,8 @@ __global__ void chain_kernel(const uint16_t* a, const uint16_t* b, const float* 
   wgmma_commit_group();
   wgmma_wait_group<0>();
   wgmma_fence_operands(V);
-  for (int i = 0; i < 16; ++i) {
-    s_out[r0 * 128 + 8 * i + 2 * t] = S[4 * i + 0];
-    s_out[r0 * 128 + 8 * i + 2 * t + 1] = S[4 * i + 1];
-    s_out[r1 * 128 + 8 * i + 2 * t] = S[4 * i + 2];
-    s_out[r1 * 128 + 8 * i + 2 * t + 1] = S[4 * i + 3];
-  }
-  for (int i = 0; i < 2; ++i) {
-    d[r0 * 16 + 8 * i + 2 * t] = V[4 * i + 0];
-    d[r0 * 16 + 8 * i + 2 * t + 1] = V[4 * i + 1];
-    d[r1 * 16 + 8 * i + 2 * t] = V[4 * i + 2];
-    d[r1 * 16 + 8 * i + 2 * t + 1] = V[4 * i + 3];
-  }
+  store_acc<128>(s_out, S);
+  store_acc<16>(d, V);
 }
 
 float tf32_host(float x) {  // round to nearest, ties away, 10 mantissa bits
