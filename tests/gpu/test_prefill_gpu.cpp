@@ -23,6 +23,20 @@ constexpr double kOutTol = 2.0e-3;
 constexpr double kStateTol = 5.0e-4;
 constexpr double kStateTolBf16 = 3.0e-3;
 
+// Sets an environment override for one scope (the launch plan knobs of launch.cu).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() { unsetenv(name_); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+};
+
 // Boundary states (fla's `h`: row base_n + j = sequence n before its token 64 j): every row within
 // the state bound of the oracle's (per row), none left NaN, and the rows from num_boundary_states
 // on (the dropped ones and the sentinel row) bitwise untouched.
@@ -116,6 +130,19 @@ TEST(PrefillGpu, WorkspaceSizeAndDimsChecked) {
     ADD_FAILURE() << "K = 64 on CUDA must throw";
   } catch (const fastkda::Error& e) {
     EXPECT_NE(std::string(e.what()).find("K"), std::string::npos) << e.what();
+  }
+  f.K = 128;
+  // The plan's tuning knobs: a bad value is an error naming the variable, from the size query
+  // already (before anything is launched or written).
+  for (const auto& [name, value] : {std::pair{"FASTKDA_PREFILL_SEG", "100"},
+                                    std::pair{"FASTKDA_PREFILL_ORDER", "yes"}}) {
+    ScopedEnv env(name, value);
+    try {
+      (void)fastkda::forward_workspace_size(f);
+      ADD_FAILURE() << name << "=" << value << " must throw";
+    } catch (const fastkda::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
+    }
   }
 }
 
@@ -694,20 +721,6 @@ TEST(PrefillGpu, GraphCapture) {
   c.HV = 2;
   check_graph_capture(c);
 }
-
-// Sets an environment override for one scope (the launch plan knobs of launch.cu).
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() { unsetenv(name_); }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-};
 
 // Split T (pass 1: segment end states from zero and transitions from identity rows; combine;
 // pass 2: outputs from the combined start states). FASTKDA_PREFILL_SEG forces the segment length

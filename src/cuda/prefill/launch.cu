@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <string>
 
 #include "common.h"
 #include "cuda/check.h"
@@ -127,7 +128,11 @@ struct Plan {
 // varlen batch up to kOrderMaxSeqs) / off (tests, benchmarks).
 bool use_longest_first(const ForwardParams& p, int64_t num_seq, const Plan& plan, int sms) {
   if (!p.cu_seqlens || plan.seg_chunks || num_seq > prefill_cuda::kOrderMaxSeqs) return false;
-  if (const char* env = std::getenv("FASTKDA_PREFILL_ORDER")) return std::atoi(env) != 0;
+  if (const char* env = std::getenv("FASTKDA_PREFILL_ORDER")) {
+    const std::string v = env;
+    FASTKDA_CHECK(v == "0" || v == "1", "FASTKDA_PREFILL_ORDER: expected 0 or 1, got '", v, "'");
+    return v == "1";
+  }
   return num_seq * p.HV * plan.vsplit > sms;
 }
 
