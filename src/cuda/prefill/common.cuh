@@ -190,7 +190,7 @@ __device__ __forceinline__ void warp_sum_many(float (&v)[kN], int lane) {
   }
 }
 
-// The intra kernel's gate pass: gate_cumsum, G in pp.G, the per-row anchor spans reduced over the
+// The intra kernel's gate pass: gate_cumsum, the per-row anchor spans reduced over the
 // warp's 32 columns, the activated beta (threads 0..kC-1), and the row norms of q and k into
 // pp.rq / pp.rk (written to the workspace for the scan's prepare).
 template <class Raw, class Priv>
@@ -201,7 +201,6 @@ __device__ __forceinline__ void gate_scan(const PrefillArgs& a, Priv& pp, const 
   gate_cumsum(a, r, nvalid, bias, A, i, Gr);
 #pragma unroll
   for (int row = 0; row < kC; ++row) {
-    pp.G[row][i] = Gr[row];
     const float span = (row < kHalf ? 0.0f : Gr[kHalf - 1]) - Gr[row];  // >= 0 (valid gates)
     const uint32_t m = device::redux_max_u32(__float_as_uint(span));
     if (lane == 0) pp.span[warp][row] = m;

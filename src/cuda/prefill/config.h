@@ -61,9 +61,9 @@ constexpr float kMaxAnchorSpan = 100.0f;
 // Leading dimensions (floats), chosen for conflict-free fragment loads:
 //  - scalar fragment loads (row g, col t) need ld = 4 (mod 32): banks 4g + t;
 //  - float2 fragment loads (row g, cols 2t, 2t+1) need ld = 8 (mod 32) within a half warp.
-constexpr int kLdPrep = kK + 4;     // G, kt, qt, kd, ko: [kC][kLdPrep]
+constexpr int kLdPrep = kK + 4;     // kt (or G), qt, kd, ko: [kC][kLdPrep]
 constexpr int kLdScan = kK + 8;     // w, qs: [kC][kLdScan]
-constexpr int kLdTok = kC + 8;      // aqk [kC][kLdTok] (scan stage, intra RawQKG)
+constexpr int kLdTok = kC + 8;      // aqk [kC][kLdTok] (scan stage, intra PrepPrivate)
 constexpr int kLdN = kC + 4;        // nmat [kC][kLdN]
 constexpr int kLdKe2 = kC / 2 + 4;  // ke_hi / ke_lo, u32 token pairs [kK][kLdKe2]: banks 12g + t
 constexpr int kLdOut = 16 + 8;      // output staging, bf16 [kC][kLdOut] per scan warp (16-B rows)
@@ -82,23 +82,24 @@ static_assert(prep_groups<32>() <= 3 && prep_groups<64>() <= 3 && prep_groups<12
 
 // ---- intra kernel (one CTA of kPrepThreads per chunk and value head) --------------------------
 
-// Raw q, k, g of one chunk (rows past the sequence end zero-filled). After the gate scan the gate
-// rows are dead and the same bytes hold A_qk (aqk).
+// Raw q, k, g of one chunk (rows past the sequence end zero-filled). After the gate pass the gate
+// rows are dead and the same bytes hold the column operand kd.
 struct RawQKG {
   uint16_t q[kC][kK];  // bf16
   uint16_t k[kC][kK];  // bf16
   union {
-    float g[kC][kK];        // f32 gate; a bf16 gate uses the first half as uint16_t [kC][kK]
-    float aqk[kC][kLdTok];  // lower-incl(scale q^ k^T . pairwise decays), tf32
+    float g[kC][kK];       // f32 gate; a bf16 gate uses the first half as uint16_t [kC][kK]
+    float kd[kC][kLdPrep];  // column operand, diagonal blocks: k^ . 2^min(anchor - G, span)
   };
 };
 
 struct PrepPrivate {
-  float G[kC][kLdPrep];      // cumulative log2 decay inside the chunk (exact pairwise fallback)
-  float kt[kC][kLdPrep];     // row operand of A': k^ . 2^(G - anchor)
+  // Row operand of A': k^ . 2^(G - anchor); after the products, in the exact-rows path only, the
+  // cumulative log2 decay G itself (no buffer of its own: 5 CTAs per SM).
+  float kt[kC][kLdPrep];
   float qt[kC][kLdPrep];     // row operand of A_qk: scale q^ . 2^(G - anchor)
-  float kd[kC][kLdPrep];     // column operand, diagonal blocks: k^ . 2^min(anchor - G, span)
   float ko[kHalf][kLdPrep];  // column operand, block (rows 8..15, cols 0..7): k^ . 2^(G_7 - G)
+  float aqk[kC][kLdTok];     // lower-incl(scale q^ k^T . pairwise decays), tf32
   float nmat[kC][kLdN];      // N = strictly_lower(diag(beta) A')
   float rq[kC], rk[kC];      // 1 / ||q||, 1 / ||k|| per row (1 without l2norm)
   float beta[kC];            // activated beta (0 past the sequence end)
@@ -110,9 +111,9 @@ struct IntraPlan {
   PrepPrivate pp;
 };
 constexpr size_t intra_shared_bytes() { return sizeof(IntraPlan); }
-constexpr int kIntraCtasPerSm = 4;
+constexpr int kIntraCtasPerSm = 5;
 static_assert((intra_shared_bytes() + 1024) * kIntraCtasPerSm <= 228 * 1024,
-              "intra kernel: 4 CTAs per SM");
+              "intra kernel: 5 CTAs per SM");
 
 // ---- scan kernel ------------------------------------------------------------------------------
 

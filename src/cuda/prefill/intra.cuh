@@ -19,9 +19,10 @@
 
 namespace fastkda::prefill_cuda {
 
-// Thread i (key column i): the anchored tf32 operands kt, qt (rows), kd, ko (columns).
-__device__ __forceinline__ void anchored_operands(const PrefillArgs& a, PrepPrivate& pp,
-                                                  const RawQKG& r, int i, const float (&Gr)[kC]) {
+// Thread i (key column i): the anchored tf32 operands kt, qt (rows), kd (over the gate rows: every
+// thread has read them, a barrier since), ko (columns).
+__device__ __forceinline__ void anchored_operands(const PrefillArgs& a, PrepPrivate& pp, RawQKG& r,
+                                                  int i, const float (&Gr)[kC]) {
   using device::ex2_approx;
   const float g7 = Gr[kHalf - 1];
 #pragma unroll
@@ -32,7 +33,7 @@ __device__ __forceinline__ void anchored_operands(const PrefillArgs& a, PrepPriv
     const float e = ex2_approx(Gr[row] - anchor);  // <= 1
     pp.kt[row][i] = tf32_operand(kn * e);
     pp.qt[row][i] = tf32_operand(qn * e);
-    pp.kd[row][i] = tf32_operand(kn * ex2_approx(fminf(anchor - Gr[row], kMaxAnchorSpan)));
+    r.kd[row][i] = tf32_operand(kn * ex2_approx(fminf(anchor - Gr[row], kMaxAnchorSpan)));
     if (row < kHalf) pp.ko[row][i] = tf32_operand(kn * ex2_approx(g7 - Gr[row]));
   }
 }
@@ -40,7 +41,8 @@ __device__ __forceinline__ void anchored_operands(const PrefillArgs& a, PrepPriv
 // Warp w: one 16 x 8 block of A' (w = 0, 1) or A_qk (w = 2, 3), column tile w % 2, by tf32 MMA over
 // the 128 key columns. Column tile 0 needs two column operands: kd (diagonal block, rows 0..7) and
 // ko (off-diagonal block, rows 8..15).
-__device__ __forceinline__ void intra_products(PrepPrivate& sm, float (&aqk)[kC][kLdTok], int i) {
+__device__ __forceinline__ void intra_products(PrepPrivate& sm, const float (&kd)[kC][kLdPrep],
+                                               int i) {
   const int lane = i & 31, warp = i >> 5;
   const int g = lane >> 2, t = lane & 3;
   const bool is_qk = warp >= 2;
@@ -52,7 +54,7 @@ __device__ __forceinline__ void intra_products(PrepPrivate& sm, float (&aqk)[kC]
     const int c = 8 * ks + t;
     const uint32_t af[4] = {__float_as_uint(X[g][c]), __float_as_uint(X[g + 8][c]),
                             __float_as_uint(X[g][c + 4]), __float_as_uint(X[g + 8][c + 4])};
-    const float* bd = sm.kd[8 * nt + g];
+    const float* bd = kd[8 * nt + g];
     device::mma_m16n8k8_tf32(acc0[ks & 1], af, __float_as_uint(bd[c]), __float_as_uint(bd[c + 4]));
     if (nt == 0) {
       const float* bo = sm.ko[g];
@@ -71,7 +73,7 @@ __device__ __forceinline__ void intra_products(PrepPrivate& sm, float (&aqk)[kC]
   for (int f = 0; f < 4; ++f) {
     const int row = g + (f >= 2 ? 8 : 0), col = 8 * nt + 2 * t + (f & 1);
     if (is_qk)
-      aqk[row][col] = col <= row ? tf32_operand(val[f]) : 0.0f;
+      sm.aqk[row][col] = col <= row ? tf32_operand(val[f]) : 0.0f;
     else
       sm.nmat[row][col] = col < row ? sm.beta[row] * val[f] : 0.0f;
   }
@@ -87,9 +89,10 @@ __device__ __forceinline__ bool row_needs_exact(const PrepPrivate& sm, int row) 
 
 // Exact diagonal-block entries of A' and A_qk for rows flagged by row_needs_exact: pairs (row, s),
 // s in the row's 8-row block and s <= row, dealt round-robin to the 4 warps; lanes split the key
-// columns; fixed-order warp reduction (bitwise reproducible).
+// columns; fixed-order warp reduction (bitwise reproducible). G: the cumulative log2 decays of
+// every column (the caller writes them over kt, dead after the products).
 __device__ __forceinline__ void exact_rows(const PrefillArgs& a, PrepPrivate& sm, const RawQKG& r,
-                                           float (&aqk)[kC][kLdTok], int i) {
+                                           const float (&G)[kC][kLdPrep], int i) {
   const int lane = i & 31, warp = i >> 5;
   int pair = 0;
   for (int row = 0; row < kC; ++row) {
@@ -100,7 +103,7 @@ __device__ __forceinline__ void exact_rows(const PrefillArgs& a, PrepPrivate& sm
 #pragma unroll
       for (int j = 0; j < kK / 32; ++j) {
         const int col = lane + 32 * j;
-        const float f = device::ex2_approx(sm.G[row][col] - sm.G[s][col]);
+        const float f = device::ex2_approx(G[row][col] - G[s][col]);
         const float ks = bf16_bits_to_f32(r.k[s][col]) * sm.rk[s] * f;
         sk += bf16_bits_to_f32(r.k[row][col]) * sm.rk[row] * ks;
         sq += bf16_bits_to_f32(r.q[row][col]) * sm.rq[row] * ks;
@@ -112,7 +115,7 @@ __device__ __forceinline__ void exact_rows(const PrefillArgs& a, PrepPrivate& sm
       }
       if (lane == 0) {
         if (s < row) sm.nmat[row][s] = sm.beta[row] * sk;
-        aqk[row][s] = tf32_operand(a.scale * sq);
+        sm.aqk[row][s] = tf32_operand(a.scale * sq);
       }
     }
   }

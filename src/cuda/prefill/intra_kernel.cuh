@@ -41,12 +41,16 @@ __global__ void __launch_bounds__(kPrepThreads, kIntraCtasPerSm)
   float Gr[kC];
   gate_scan(a, sm.pp, sm.raw, nvalid, bias, A, beta_raw, i, Gr);
   __syncthreads();
-  anchored_operands(a, sm.pp, sm.raw, i, Gr);  // also: the gate rows are dead from here on
+  anchored_operands(a, sm.pp, sm.raw, i, Gr);  // kd over the gate rows (dead from here on)
   __syncthreads();
-  intra_products(sm.pp, sm.raw.aqk, i);
+  intra_products(sm.pp, sm.raw.kd, i);
   // Thread r < kC checks row r (its anchor span, reduced in gate_scan); the barrier ORs them.
   if (__syncthreads_or(i < kC && row_needs_exact(sm.pp, i))) {
-    exact_rows(a, sm.pp, sm.raw, sm.raw.aqk, i);
+    auto& G = sm.pp.kt;  // the products are done with kt
+#pragma unroll
+    for (int row = 0; row < kC; ++row) G[row][i] = Gr[row];
+    __syncthreads();
+    exact_rows(a, sm.pp, sm.raw, G, i);
     __syncthreads();
   }
 
@@ -57,7 +61,7 @@ __global__ void __launch_bounds__(kPrepThreads, kIntraCtasPerSm)
     ws[2 * kC * kC + kC + i] = sm.pp.rk[i];
   }
 #pragma unroll
-  for (int e = i; e < kC * kC; e += kPrepThreads) ws[kC * kC + e] = sm.raw.aqk[e / kC][e % kC];
+  for (int e = i; e < kC * kC; e += kPrepThreads) ws[kC * kC + e] = sm.pp.aqk[e / kC][e % kC];
 }
 
 }  // namespace fastkda::prefill_cuda
