@@ -5,9 +5,11 @@
 // combine_kernel (split.cuh).
 #include <cuda_runtime_api.h>
 
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <optional>
 #include <string>
 
 #include "common.h"
@@ -98,15 +100,28 @@ int sm_count(int device) {
   return n;
 }
 
+// A tuning knob from the environment (benchmarks, tests): unset or empty -> nullopt; otherwise
+// a whole decimal integer that `valid` accepts, or a fastkda::Error naming the variable (raised by
+// the size query already, before anything is launched or written).
+template <class Valid>
+std::optional<int64_t> env_knob(const char* name, const char* expected, Valid valid) {
+  const char* env = std::getenv(name);
+  if (!env || !*env) return std::nullopt;
+  const std::string s = env;
+  int64_t v = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  FASTKDA_CHECK(ec == std::errc() && end == s.data() + s.size() && valid(v), name, ": expected ",
+                expected, ", got '", s, "'");
+  return v;
+}
+
 // CTAs per (sequence, value head): split V (one CTA per SM) only while the grid still fits in
 // one wave, at most 4 ways (each CTA repeats the light prepare work of its head).
-// FASTKDA_PREFILL_VSPLIT=1|2|4 overrides it (benchmarks, tests).
+// FASTKDA_PREFILL_VSPLIT=1|2|4 overrides it; 0 returned when not forced.
 int env_vsplit() {
-  if (const char* env = std::getenv("FASTKDA_PREFILL_VSPLIT")) {
-    const int v = std::atoi(env);
-    if (v == 1 || v == 2 || v == 4) return v;
-  }
-  return 0;
+  return int(env_knob("FASTKDA_PREFILL_VSPLIT", "1, 2 or 4",
+                      [](int64_t v) { return v == 1 || v == 2 || v == 4; })
+                 .value_or(0));
 }
 
 int choose_vsplit(int64_t heads_total, int sms) {
@@ -126,14 +141,12 @@ struct Plan {
 // Longest-first CTA order (order.cuh) for varlen batches whose scan grid needs more than one wave
 // and whose N is small enough for the O(N^2) ranking. FASTKDA_PREFILL_ORDER=1 / 0 forces it on (any
 // varlen batch up to kOrderMaxSeqs) / off (tests, benchmarks).
+// The variable is checked for every problem (a bad value is an error even where it has no effect).
 bool use_longest_first(const ForwardParams& p, int64_t num_seq, const Plan& plan, int sms) {
+  const std::optional<int64_t> forced =
+      env_knob("FASTKDA_PREFILL_ORDER", "0 or 1", [](int64_t v) { return v == 0 || v == 1; });
   if (!p.cu_seqlens || plan.seg_chunks || num_seq > prefill_cuda::kOrderMaxSeqs) return false;
-  if (const char* env = std::getenv("FASTKDA_PREFILL_ORDER")) {
-    const std::string v = env;
-    FASTKDA_CHECK(v == "0" || v == "1", "FASTKDA_PREFILL_ORDER: expected 0 or 1, got '", v, "'");
-    return v == "1";
-  }
-  return num_seq * p.HV * plan.vsplit > sms;
+  return forced ? *forced == 1 : num_seq * p.HV * plan.vsplit > sms;
 }
 
 // Split T pays when there are too few (sequence, head) pairs to fill the GPU and the sequences are
@@ -150,12 +163,11 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
   plan.vsplit = choose_vsplit(heads, sms);
   if (num_seq <= 0) return plan;
   const int64_t interval = ForwardParams::kBoundaryInterval;
-  if (const char* env = std::getenv("FASTKDA_PREFILL_SEG")) {
-    const int64_t tokens = std::atoll(env);
-    FASTKDA_CHECK(tokens >= 0 && tokens % interval == 0 && tokens <= (int64_t(1) << 24),
-                  "FASTKDA_PREFILL_SEG: expected 0 or a multiple of ", interval,
-                  " tokens up to 2^24, got ", env);
-    plan.seg_chunks = int(tokens / prefill_cuda::kC);
+  if (const std::optional<int64_t> tokens =
+          env_knob("FASTKDA_PREFILL_SEG", "0 or a multiple of 64 tokens up to 2^24", [&](int64_t v) {
+            return v >= 0 && v % interval == 0 && v <= (int64_t(1) << 24);
+          })) {
+    plan.seg_chunks = int(*tokens / prefill_cuda::kC);
     if (plan.seg_chunks > 0) plan.vsplit = env_vsplit() ? env_vsplit() : 1;
     return plan;
   }
