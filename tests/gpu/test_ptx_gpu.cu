@@ -1,11 +1,12 @@
-// GPU unit test of a numerical shortcut the prefill kernels rely on: a tf32 MMA operand made by
-// adding half a tf32 ulp to the f32 bits (device::tf32_operand_finite, one integer add) multiplies
-// exactly like the cvt.rna.tf32 rounding of the same value, because the tensor cores ignore the 13
-// low bits. Checked bit for bit over random tiles with every rounding case (ties, carries into the
-// exponent, denormals); the raw, unrounded bits (truncation) must differ, so the test can fail.
+// GPU unit tests of the tf32 operand rounding the prefill kernels use: device::tf32_rn (cvt.rn.tf32,
+// one F2FP on sm_90) must multiply bit for bit like the operand rounded to nearest even on the host
+// and read raw, over random tiles with every rounding case (ties, carries into the exponent,
+// denormals); the raw, unrounded bits (truncation) must differ, so the test can fail. And it must
+// keep NaN and inf (the one-add rounding used before turned the canonical NaN into -0).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -16,17 +17,10 @@
 
 namespace {
 
-enum class Mode : int { kRna = 0, kHalfUlp = 1, kRaw = 2 };
+enum class Mode : int { kRn = 0, kRaw = 1 };
 
 __device__ uint32_t operand(float x, Mode m) {
-  switch (m) {
-    case Mode::kRna:
-      return fastkda::device::cvt_rna_tf32(x);
-    case Mode::kHalfUlp:
-      return fastkda::device::tf32_operand_finite(x);
-    default:
-      return __float_as_uint(x);
-  }
+  return m == Mode::kRn ? fastkda::device::tf32_rn(x) : __float_as_uint(x);
 }
 
 // Warp w: D = A B for A = a[w] (16 x 8, row-major) and B = b[w] (8 x 8, [k][n]), one m16n8k8.
@@ -52,8 +46,18 @@ float from_bits(uint32_t u) {
   std::memcpy(&f, &u, 4);
   return f;
 }
+uint32_t to_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+// Finite x rounded to 10 mantissa bits, to nearest, ties to even.
+float tf32_rne_host(float x) {
+  const uint32_t u = to_bits(x);
+  return from_bits((u + 0x0fffu + ((u >> 13) & 1u)) & 0xffffe000u);
+}
 
-TEST(PtxGpu, Tf32HalfUlpOperandEqualsCvtRna) {
+TEST(PtxGpu, Tf32RnOperandEqualsHostRounding) {
   if (!fastkda_gpu_test::have_gpu()) GTEST_SKIP() << "no CUDA device";
   constexpr int kWarps = 4096;
   std::mt19937_64 rng(fastkda_gpu_test::fresh_seed());
@@ -87,27 +91,60 @@ TEST(PtxGpu, Tf32HalfUlpOperandEqualsCvtRna) {
   ASSERT_EQ(cudaMalloc(&da, a.size() * 4), cudaSuccess);
   ASSERT_EQ(cudaMalloc(&db, b.size() * 4), cudaSuccess);
   ASSERT_EQ(cudaMalloc(&dd, a.size() * 4), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(da, a.data(), a.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(db, b.data(), b.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
-  auto run = [&](Mode m) {
-    std::vector<uint32_t> d(a.size());
+  auto run = [&](const std::vector<float>& ha, const std::vector<float>& hb, Mode m) {
+    EXPECT_EQ(cudaMemcpy(da, ha.data(), ha.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(db, hb.data(), hb.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    std::vector<uint32_t> d(ha.size());
     mma_tiles<<<kWarps / 4, 128>>>(da, db, dd, m);
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     EXPECT_EQ(cudaMemcpy(d.data(), dd, d.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
     return d;
   };
-  const auto rna = run(Mode::kRna), half = run(Mode::kHalfUlp), raw = run(Mode::kRaw);
-  size_t diff_half = 0, diff_raw = 0;
-  for (size_t i = 0; i < rna.size(); ++i) {
-    diff_half += rna[i] != half[i];
-    diff_raw += rna[i] != raw[i];
+  std::vector<float> ar(a.size()), br(b.size());
+  for (size_t i = 0; i < a.size(); ++i) ar[i] = tf32_rne_host(a[i]);
+  for (size_t i = 0; i < b.size(); ++i) br[i] = tf32_rne_host(b[i]);
+  const auto rn = run(a, b, Mode::kRn), host = run(ar, br, Mode::kRaw), raw = run(a, b, Mode::kRaw);
+  size_t diff_rn = 0, diff_raw = 0;
+  for (size_t i = 0; i < rn.size(); ++i) {
+    diff_rn += rn[i] != host[i];
+    diff_raw += raw[i] != host[i];
   }
-  EXPECT_EQ(diff_half, 0u) << "half-ulp operands differ from cvt.rna in " << diff_half << " of "
-                           << rna.size() << " products";
-  EXPECT_GT(diff_raw, rna.size() / 10) << "unrounded operands should differ (truncation)";
-  std::printf("[ptx] tf32 half-ulp == cvt.rna in %zu products; raw bits differ in %zu\n",
-              rna.size(), diff_raw);
+  EXPECT_EQ(diff_rn, 0u) << "tf32_rn operands differ from host rounding in " << diff_rn << " of "
+                         << rn.size() << " products";
+  EXPECT_GT(diff_raw, rn.size() / 10) << "unrounded operands should differ (truncation)";
+  std::printf("[ptx] tf32_rn == host round-to-nearest-even in %zu products; raw bits differ in %zu\n",
+              rn.size(), diff_raw);
   cudaFree(da), cudaFree(db), cudaFree(dd);
+}
+
+__global__ void round_values(const float* x, uint32_t* y, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = fastkda::device::tf32_rn(x[i]);
+}
+
+TEST(PtxGpu, Tf32RnKeepsNanAndInf) {
+  if (!fastkda_gpu_test::have_gpu()) GTEST_SKIP() << "no CUDA device";
+  // The canonical NaN of NVIDIA GPUs (0x7fffffff, what ex2(NaN) or NaN * x return), a quiet NaN
+  // with and without the sign, +-inf, and the largest finite value (rounds to inf).
+  const std::vector<uint32_t> bits = {0x7fffffffu, 0xffffffffu, 0x7fc00000u, 0xffc00000u,
+                                      0x7f800000u, 0xff800000u, 0x7f7fffffu};
+  std::vector<float> x;
+  for (uint32_t u : bits) x.push_back(from_bits(u));
+  float* dx;
+  uint32_t* dy;
+  ASSERT_EQ(cudaMalloc(&dx, x.size() * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dy, x.size() * 4), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(dx, x.data(), x.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  round_values<<<1, 32>>>(dx, dy, int(x.size()));
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<uint32_t> y(x.size());
+  ASSERT_EQ(cudaMemcpy(y.data(), dy, y.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  for (size_t i = 0; i < 4; ++i)
+    EXPECT_TRUE(std::isnan(from_bits(y[i]))) << std::hex << bits[i] << " -> " << y[i];
+  EXPECT_EQ(y[4], 0x7f800000u);
+  EXPECT_EQ(y[5], 0xff800000u);
+  EXPECT_EQ(y[6], 0x7f800000u) << "largest finite rounds to inf";
+  cudaFree(dx), cudaFree(dy);
 }
 
 }  // namespace

@@ -122,7 +122,7 @@ __global__ void bf16_kernel(const uint16_t* a, const uint16_t* b, float* d, bool
 
 // The scan's accumulator-to-operand trick on wgmma: S (64 x 128) = A16 B16^T by one bf16
 // m64n128k16 (a: 64 x 16, b: 128 x 16 [key][token], bf16 bits), then V (64 x 16) = S W^T by 16
-// tf32 m64n16k8 whose A operands are S's accumulator registers as they are (+ half a tf32 ulp):
+// tf32 m64n16k8 whose A operands are S's accumulator registers rounded by tf32_rn (cvt.rn):
 // the lane holding keys 8j + 2t, 8j + 2t + 1 feeds k slots t, t + 4, so W (w: 16 x 128
 // [token][key]) is stored with the keys of every group of 8 permuted to match.
 __global__ void chain_kernel(const uint16_t* a, const uint16_t* b, const float* w, float* s_out,
@@ -148,10 +148,10 @@ __global__ void chain_kernel(const uint16_t* a, const uint16_t* b, const float* 
   wgmma_fence_operands(S);
   uint32_t af[16][4];  // every k-step's A stays untouched until the wgmma reading it completes
   for (int j = 0; j < 16; ++j) {
-    af[j][0] = tf32_operand_finite(S[4 * j + 0]);
-    af[j][1] = tf32_operand_finite(S[4 * j + 2]);
-    af[j][2] = tf32_operand_finite(S[4 * j + 1]);
-    af[j][3] = tf32_operand_finite(S[4 * j + 3]);
+    af[j][0] = tf32_rn(S[4 * j + 0]);
+    af[j][1] = tf32_rn(S[4 * j + 2]);
+    af[j][2] = tf32_rn(S[4 * j + 1]);
+    af[j][3] = tf32_rn(S[4 * j + 3]);
   }
   float V[8] = {};
   wgmma_fence_operands(V);
@@ -166,10 +166,11 @@ __global__ void chain_kernel(const uint16_t* a, const uint16_t* b, const float* 
   store_acc<16>(d, V);
 }
 
-float tf32_host(float x) {  // round to nearest, ties away, 10 mantissa bits
+// x rounded to 10 mantissa bits (finite x): to nearest, ties away (cvt.rna) or to even (cvt.rn).
+float tf32_host(float x, bool ties_even = false) {
   uint32_t u;
   std::memcpy(&u, &x, 4);
-  u = (u + 0x1000u) & 0xffffe000u;
+  u = (u + (ties_even ? 0x0fffu + ((u >> 13) & 1u) : 0x1000u)) & 0xffffe000u;
   std::memcpy(&x, &u, 4);
   return x;
 }
@@ -263,9 +264,9 @@ TEST(WgmmaGpu, Bf16M64N128K16) {
   cudaFree(da), cudaFree(db), cudaFree(dd);
 }
 
-// The scan's chain: the state as a wgmma accumulator, fed back (rounded to tf32 by one add) as the
+// The scan's chain: the state as a wgmma accumulator, fed back (rounded by cvt.rn.tf32) as the
 // A operand of V = S W^T with the permuted key order; against S and V on the CPU (V from the
-// GPU's S, both operands rounded to tf32 as the kernel does: S by ties-away, W by truncation).
+// GPU's S, both operands rounded to tf32 as the kernel does: S to nearest even, W exact).
 TEST(WgmmaGpu, AccumulatorAsTf32OperandChain) {
   if (!fastkda_gpu_test::have_gpu()) GTEST_SKIP() << "no CUDA device";
   std::mt19937_64 rng(fastkda_gpu_test::fresh_seed());
@@ -294,7 +295,7 @@ TEST(WgmmaGpu, AccumulatorAsTf32OperandChain) {
   for (int r = 0; r < 64; ++r)
     for (int n = 0; n < 16; ++n)
       for (int k = 0; k < 128; ++k)
-        d_ref[r * 16 + n] += double(tf32_host(s[r * 128 + k])) * w[n * 128 + k];
+        d_ref[r * 16 + n] += double(tf32_host(s[r * 128 + k], true)) * w[n * 128 + k];
   const double es = rms_rel(s, s_ref), ed = rms_rel(d, d_ref);
   std::printf("[wgmma] chain: S rms_rel %g, V = S W^T rms_rel %g\n", es, ed);
   EXPECT_LE(es, 1e-6) << "bf16 m64n128k16 accumulator layout";

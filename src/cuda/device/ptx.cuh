@@ -52,12 +52,14 @@ __device__ __forceinline__ uint32_t cvt_rna_tf32(float x) {
   asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
   return r;
 }
-// A tf32 MMA operand from a finite f32 in one integer add: tensor cores ignore the low 13 bits,
-// so adding half a tf32 ulp to the bit pattern gives the same rounding as cvt.rna (ties away;
-// CUTLASS's round_half_ulp_truncate), where cvt.rna.tf32 is three instructions on sm_90. For inf
-// the result is a NaN, so only for values that are finite or already lost (the scan's state).
-__device__ __forceinline__ uint32_t tf32_operand_finite(float x) {
-  return __float_as_uint(x) + 0x1000u;
+// A tf32 MMA operand: x rounded to nearest (ties to even), in one instruction on sm_90
+// (F2FP.TF32.F32.PACK_B; cvt.rna.tf32 is three). NaN stays NaN and inf stays inf. (The earlier
+// one-add form, bits + 0x1000, turned the canonical NaN 0x7fffffff into -0: a NaN state was read
+// as zero by the next chunk's products, so NaN inputs gave finite outputs.)
+__device__ __forceinline__ uint32_t tf32_rn(float x) {
+  uint32_t r;
+  asm("cvt.rn.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+  return r;
 }
 
 // ---- special functions -----------------------------------------------------------------------

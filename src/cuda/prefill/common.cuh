@@ -17,12 +17,9 @@ constexpr float kMinLogDecay2 = 128.0f;  // per-token log2 decay floor (gate_row
 __device__ __forceinline__ float bf16_bits_to_f32(uint16_t h) {
   return __uint_as_float(uint32_t(h) << 16);
 }
-// A value that only tf32 MMAs read (kt, qt, kd, ko, A_qk, -W, qs): stored as tf32 operand bits,
-// rounded as cvt.rna would, the low 13 bits left for the tensor cores to ignore
-// (ptx.cuh tf32_operand_finite). Not for values read as f32.
-__device__ __forceinline__ float tf32_operand(float x) {
-  return __uint_as_float(device::tf32_operand_finite(x));
-}
+// A value that only tf32 MMAs read (kt, qt, kd, ko, A_qk, -W, qs): stored rounded to tf32
+// (ptx.cuh tf32_rn).
+__device__ __forceinline__ float tf32_operand(float x) { return __uint_as_float(device::tf32_rn(x)); }
 
 __device__ __forceinline__ float load_f32_or_bf16(const void* p, bool is_f32, int64_t i) {
   return is_f32 ? static_cast<const float*>(p)[i]

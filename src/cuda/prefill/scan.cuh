@@ -22,14 +22,13 @@
 
 namespace fastkda::prefill_cuda {
 
-// A operand (16 x 8, tf32) from one m16n8 accumulator tile, k slots permuted as described above.
-// Rounded as cvt.rna would (tf32_operand_finite: one add instead of three instructions per value,
-// 72 values per chunk and lane).
+// A operand (16 x 8, tf32) from one m16n8 accumulator tile, k slots permuted as described above
+// (one cvt.rn per value: 72 per chunk and lane; NaN stays NaN).
 __device__ __forceinline__ void acc_to_a(const float (&c)[4], uint32_t (&a)[4]) {
-  a[0] = device::tf32_operand_finite(c[0]);
-  a[1] = device::tf32_operand_finite(c[2]);
-  a[2] = device::tf32_operand_finite(c[1]);
-  a[3] = device::tf32_operand_finite(c[3]);
+  a[0] = device::tf32_rn(c[0]);
+  a[1] = device::tf32_rn(c[2]);
+  a[2] = device::tf32_rn(c[1]);
+  a[3] = device::tf32_rn(c[3]);
 }
 __device__ __forceinline__ void mma_f2(float (&d)[4], const uint32_t (&a)[4], float2 b) {
   device::mma_m16n8k8_tf32(d, a, __float_as_uint(b.x), __float_as_uint(b.y));
