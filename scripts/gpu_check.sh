@@ -38,13 +38,13 @@ run() {
         summary+="gpu tests rc=$? $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/gpu_tests.log" | tr '\n' ' ')"$'\n'
         summary+="$(grep -E '^\[  FAILED  \]' "$OUT/gpu_tests.log")"$'\n' ;;
       python)
-        # The Python package built there (no network: carry .deps/cutlass_include) and its CUDA
-        # tests (tests/python/test_cuda.py: fwd / chunk_kda / prefill / decode vs the CPU oracle).
-        # CXX=/usr/bin/g++ as in the session that first passed these tests: built with the default
-        # compiler there (session 4), every error raised from validate.cpp segfaulted the process
-        # (errors from tensor_api.cpp did not); the cause is not confirmed.
+        # The Python package built there with the machine's default compiler (no network: carry
+        # .deps/cutlass_include) and its CUDA tests (tests/python/test_cuda.py: fwd / chunk_kda /
+        # prefill / decode vs the CPU oracle). Session 5: that toolchain links libstdc++ statically
+        # and formatting a number through std::ostringstream in an error message segfaulted there;
+        # messages are now built with std::to_chars (common.h).
         local t0=$SECONDS
-        CXX=/usr/bin/g++ CC=/usr/bin/gcc CMAKE_BUILD_PARALLEL_LEVEL=16 timeout 400 \
+        CMAKE_BUILD_PARALLEL_LEVEL=16 timeout 400 \
           python3 -m pip install -q --no-build-isolation \
           --no-deps --target /tmp/fastkda_py -Cbuild-dir=/tmp/fastkda_pybuild \
           -Ccmake.define.FASTKDA_CUTLASS_INCLUDE="$PWD/.deps/cutlass_include" . \

@@ -4,29 +4,50 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <sstream>
+#include <charconv>
 #include <string>
+#include <string_view>
+#include <type_traits>
 
 #include "fastkda/fastkda.h"
 
 namespace fastkda {
 
 // ---- errors -----------------------------------------------------------------------------------
+// Messages are built without iostreams: numbers through std::to_chars, so the error path needs no
+// locale. (A Python extension linked against a static libstdc++, as the GPU machine's toolchain
+// produced, segfaulted formatting an int through std::ostringstream; strings alone went through.)
 namespace detail {
-inline void append_all(std::ostringstream&) {}
-template <class A, class... Rest>
-void append_all(std::ostringstream& os, const A& a, const Rest&... rest) {
-  os << a;
-  append_all(os, rest...);
+template <class A>
+void append_one(std::string& s, const A& a) {
+  if constexpr (std::is_convertible_v<const A&, std::string_view>) {
+    s += std::string_view(a);
+  } else if constexpr (requires { a.append_to(s); }) {  // a type that prints itself
+    a.append_to(s);
+  } else if constexpr (std::is_same_v<A, bool>) {
+    s += a ? "true" : "false";
+  } else if constexpr (std::is_arithmetic_v<A>) {
+    char buf[64];
+    const auto r = std::to_chars(buf, buf + sizeof(buf), a);
+    s.append(buf, r.ptr);
+  } else if constexpr (std::is_enum_v<A>) {
+    append_one(s, static_cast<std::underlying_type_t<A>>(a));
+  } else {
+    static_assert(std::is_pointer_v<A>,
+                  "error message argument: string, number, enum, pointer or append_to(std::string&)");
+    char buf[32] = "0x";
+    const auto r = std::to_chars(buf + 2, buf + sizeof(buf),
+                                 reinterpret_cast<uintptr_t>(a), 16);
+    s.append(buf, r.ptr);
+  }
 }
 template <class... Args>
 [[noreturn]] void throw_error(const char* file, int line, const Args&... args) {
-  std::ostringstream os;
-  os << "fastkda: ";
-  append_all(os, args...);
+  std::string msg = "fastkda: ";
+  (append_one(msg, args), ...);
   (void)file;
   (void)line;
-  throw Error(os.str());
+  throw Error(msg);
 }
 }  // namespace detail
 

@@ -3,7 +3,6 @@
 #include "fastkda/tensor_api.h"
 
 #include <initializer_list>
-#include <ostream>
 #include <string>
 
 #include "common.h"
@@ -16,24 +15,30 @@ constexpr int64_t kAny = -1;  // a dim not constrained by an earlier argument
 struct Shape {  // prints "[2, 16, 4, 128]"
   const TensorView& t;
   bool strides = false;
+  void append_to(std::string& s) const {
+    s += '[';
+    for (int i = 0; i < t.ndim; ++i) {
+      if (i) s += ", ";
+      detail::append_one(s, (strides ? t.strides : t.shape)[i]);
+    }
+    s += ']';
+  }
 };
-std::ostream& operator<<(std::ostream& os, const Shape& s) {
-  os << '[';
-  for (int i = 0; i < s.t.ndim; ++i) os << (i ? ", " : "") << (s.strides ? s.t.strides : s.t.shape)[i];
-  return os << ']';
-}
 struct Expected {  // prints "[2, 16, *, 128]"
   std::initializer_list<int64_t> dims;
-};
-std::ostream& operator<<(std::ostream& os, const Expected& e) {
-  os << '[';
-  int i = 0;
-  for (int64_t d : e.dims) {
-    os << (i++ ? ", " : "");
-    if (d == kAny) os << '*'; else os << d;
+  void append_to(std::string& s) const {
+    s += '[';
+    int i = 0;
+    for (int64_t d : dims) {
+      if (i++) s += ", ";
+      if (d == kAny)
+        s += '*';
+      else
+        detail::append_one(s, d);
+    }
+    s += ']';
   }
-  return os << ']';
-}
+};
 
 void check_present(const TensorView& t, const char* name) {
   FASTKDA_CHECK(t.present(), name, ": expected a tensor, got none");
