@@ -147,6 +147,12 @@ TEST(PrefillBench, DISABLED_Table) {
         unsetenv("FASTKDA_PREFILL_VSPLIT");
       else
         setenv("FASTKDA_PREFILL_VSPLIT", vs.c_str(), 1);
+      // A forced value split can change the plan (split T) and with it the workspace size.
+      if (const size_t need = fastkda::forward_workspace_size(f); need > f.workspace_bytes) {
+        BENCH_CUDA(cudaFree(ws));
+        BENCH_CUDA(cudaMalloc(&ws, need));
+        f.workspace = ws, f.workspace_bytes = need;
+      }
       cudaEvent_t e0, e1;
       cudaEventCreate(&e0);
       cudaEventCreate(&e1);
