@@ -57,9 +57,9 @@ struct HostBuf {
     else
       h[i] = fastkda::float_to_bf16(x);
   }
-  bool same_bits(const HostBuf& o) const { return dtype == o.dtype && f == o.f && h == o.h; }
+  // Elements [lo, hi) (or all) bitwise equal to o's (NaN payloads included).
+  bool same_bits(const HostBuf& o) const { return size() == o.size() && same_bits(o, 0, size()); }
   bool operator==(const HostBuf& o) const { return same_bits(o); }
-  // Elements [lo, hi) bitwise equal to o's (NaN payloads included).
   bool same_bits(const HostBuf& o, size_t lo, size_t hi) const {
     const size_t es = fastkda::dtype_size(dtype);
     return dtype == o.dtype && hi <= size() && hi <= o.size() &&

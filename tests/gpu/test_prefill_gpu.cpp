@@ -136,7 +136,8 @@ TEST(PrefillGpu, WorkspaceSizeAndDimsChecked) {
   // already (before anything is launched or written).
   for (const auto& [name, value] :
        {std::pair{"FASTKDA_PREFILL_SEG", "100"}, std::pair{"FASTKDA_PREFILL_SEG", "64x"},
-        std::pair{"FASTKDA_PREFILL_ORDER", "yes"}, std::pair{"FASTKDA_PREFILL_VSPLIT", "3"}}) {
+        std::pair{"FASTKDA_PREFILL_ORDER", "yes"}, std::pair{"FASTKDA_PREFILL_VSPLIT", "3"},
+        std::pair{"FASTKDA_PREFILL_PERSIST", "2"}}) {
     ScopedEnv env(name, value);
     try {
       (void)fastkda::forward_workspace_size(f);
@@ -856,6 +857,34 @@ TEST(PrefillGpu, LongestFirstOrder) {
     for (int n = 0; n < 300; ++n) c.seqlens.push_back((n * 37) % 201);
     c.H = 1, c.HV = 1;
     check_against_oracle(Problem(c), "longest first (auto)");
+  }
+}
+
+// Persistent scan grid (one CTA per SM walking jobs b, b + SMs, ...): bitwise the grid of one CTA
+// per job, at every value split, with empty, 1-token and long sequences mixed (the prepare groups
+// and the scan must agree on the chunk sequence across jobs), boundary states and a state pool.
+TEST(PrefillGpu, PersistentGrid) {
+  FASTKDA_REQUIRE_GPU();
+  Case c;
+  for (int n = 0; n < 50; ++n) c.seqlens.push_back(n % 7 == 3 ? 0 : (n * 53) % 97 + (n == 5) * 600);
+  c.H = 1, c.HV = 4, c.pool = true, c.boundary = true;  // 200 heads: > 132 jobs at every split
+  Problem p(c);
+  DeviceInputs d(p);
+  for (const char* vs : {"1", "2", "4"}) {
+    ScopedEnv split("FASTKDA_PREFILL_VSPLIT", vs);
+    Result one, persistent;
+    {
+      ScopedEnv env("FASTKDA_PREFILL_PERSIST", "0");
+      one = run_gpu(p, d);
+    }
+    {
+      ScopedEnv env("FASTKDA_PREFILL_PERSIST", "1");
+      persistent = run_gpu(p, d);
+      check_against_oracle(p, (std::string("persistent vsplit ") + vs).c_str());
+    }
+    EXPECT_TRUE(one.out.same_bits(persistent.out)) << "vsplit " << vs << "  " << p.describe();
+    EXPECT_TRUE(one.state.same_bits(persistent.state)) << "vsplit " << vs << "  " << p.describe();
+    EXPECT_TRUE(one.boundary.same_bits(persistent.boundary)) << "vsplit " << vs;
   }
 }
 

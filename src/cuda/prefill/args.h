@@ -43,6 +43,8 @@ struct PrefillArgs {
   int seg_chunks;    // split T: chunks per segment (0 with Pass::kWhole)
   float* seg_ws;     // split T: [segment slots, HV, kSegFloats] (config.h)
   const int32_t* order;  // [N] varlen sequences, longest first (order.cuh); null: in order
+  int64_t jobs;          // scan jobs (CTA-sized units); the grid may be smaller (persistent
+                         // Pass::kWhole: CTA b does jobs b, b + grid, ...)
   Gate gate;
   BetaAct beta_act;
   float lower_bound_log2;  // lambda * log2(e)

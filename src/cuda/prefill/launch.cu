@@ -5,6 +5,7 @@
 // combine_kernel (split.cuh).
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
@@ -136,6 +137,8 @@ struct Plan {
   int vsplit = 1;
   int seg_chunks = 0;
   bool longest_first = false;  // order_kernel before the scan (varlen, more CTAs than SMs)
+  bool persistent = false;     // unsplit scan on min(jobs, SMs) CTAs, each walking its jobs
+  int sms = 0;
 };
 
 // Longest-first CTA order (order.cuh) for varlen batches whose scan grid needs more than one wave
@@ -188,9 +191,26 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
   return plan;
 }
 
+// Persistent unsplit scan: with more jobs than SMs, one CTA per SM walks jobs b, b + SMs, ...,
+// so that its prepare warps run into the next job while the scan warps finish the last one (a
+// fresh CTA starts with an empty pipeline: ~2 chunk times and the state load per job, which
+// dominate short sequences). Static assignment: only for short sequences on average (<= 256
+// tokens), where an uneven share costs little. FASTKDA_PREFILL_PERSIST=0 / 1 forces it off / on
+// (for any unsplit scan with more jobs than SMs).
+bool use_persistent(const ForwardParams& p, int64_t num_seq, const Plan& plan, int sms) {
+  const std::optional<int64_t> forced =
+      env_knob("FASTKDA_PREFILL_PERSIST", "0 or 1", [](int64_t v) { return v == 0 || v == 1; });
+  const int64_t jobs = num_seq * p.HV * plan.vsplit;
+  if (plan.seg_chunks || jobs <= sms) return false;
+  if (forced) return *forced == 1;
+  return double(p.B * p.T) / double(num_seq) <= 256.0;
+}
+
 Plan choose_plan(const ForwardParams& p, int64_t num_seq, int sms) {
   Plan plan = choose_split(p, num_seq, sms);
   plan.longest_first = use_longest_first(p, num_seq, plan, sms);
+  plan.persistent = use_persistent(p, num_seq, plan, sms);
+  plan.sms = sms;
   return plan;
 }
 
@@ -303,9 +323,12 @@ void prefill(const ForwardParams& p) {
     FASTKDA_CUDA_CHECK(cudaGetLastError());
   }
   if (!plan.seg_chunks) {
-    launch_scan<Pass::kWhole>(a, ctas, stream);
+    a.jobs = ctas;
+    launch_scan<Pass::kWhole>(a, plan.persistent ? std::min(ctas, int64_t(plan.sms)) : ctas,
+                              stream);
     return;
   }
+  a.jobs = ctas;
   launch_scan<Pass::kTransitions>(a, ctas, stream);
   {
     constexpr size_t smem = prefill_cuda::combine_shared_bytes();
@@ -316,6 +339,7 @@ void prefill(const ForwardParams& p) {
                                    prefill_cuda::kCombineThreads, smem, stream>>>(a);
     FASTKDA_CUDA_CHECK(cudaGetLastError());
   }
+  a.jobs = ctas / 2;
   launch_scan<Pass::kOutputs>(a, ctas / 2, stream);
 }
 

@@ -45,10 +45,9 @@ struct ScanJob {
 };
 
 template <int kVs, Pass kPass>
-__device__ __forceinline__ ScanJob job_of(const PrefillArgs& a) {
+__device__ __forceinline__ ScanJob job_of(const PrefillArgs& a, int64_t cta) {
   ScanJob j{};
   const int slices = kPass == Pass::kTransitions ? 2 * a.vsplit : a.vsplit;
-  const int64_t cta = blockIdx.x;
   const int slice = int(cta % slices);
   j.hv = int((cta / slices) % a.HV);
   const int64_t unit = cta / (int64_t(slices) * a.HV);  // sequence, or segment slot (split T)
@@ -108,12 +107,15 @@ __device__ __forceinline__ ScanJob job_of(const PrefillArgs& a) {
   return j;
 }
 
-// Prepare group p of kGroups: chunks c0 + p, c0 + p + kGroups, ...; its k-th chunk in
-// raw[p][k % 2] (the next one loads while it works) and scan[p]. The transition pass skips qs and
-// A_qk (no outputs), and U for transition rows.
+// The chunks of a CTA's jobs form one sequence (index f, `flat`); chunk f goes through stage
+// f % kGroups. Prepare group p of kGroups prepares the chunks with f % kGroups == p: in one job
+// chunks c, c + kGroups, ... from the first such c; its k-th chunk of the job in raw[p][k % 2]
+// (the next one loads while it works) and scan[p]. `prepared`: the chunks this group has handed
+// to the scan so far (from the second one on, it waits for the scan to release stage p). The
+// transition pass skips qs and A_qk (no outputs), and U for transition rows.
 template <int kVs, Pass kPass>
-__device__ __forceinline__ void prepare_role(const PrefillArgs& a, SharedPlan<kVs>& sm, int p,
-                                             const ScanJob& job) {
+__device__ __forceinline__ void prepare_job(const PrefillArgs& a, SharedPlan<kVs>& sm, int p,
+                                            const ScanJob& job, int first, int& prepared) {
   constexpr int kGroups = prep_groups<kVs>();
   constexpr int kThreads = kPrepThreads + 2 * kVs;  // one prepare group + the scan warps
   const int i = threadIdx.x - p * kPrepThreads;     // key column owned in the gate scan
@@ -136,9 +138,9 @@ __device__ __forceinline__ void prepare_role(const PrefillArgs& a, SharedPlan<kV
     device::cp_async_commit_group();
   };
 
-  issue(job.c0 + p, 0);
-  issue(job.c0 + p + kGroups, 1);
-  for (int c = job.c0 + p, k = 0; c < c1; c += kGroups, ++k) {
+  issue(first, 0);
+  issue(first + kGroups, 1);
+  for (int c = first, k = 0; c < c1; c += kGroups, ++k) {
     const int buf = k & 1;
     RawStage<kVs>& raw = sm.raw[p][buf];
     ScanStageOf<kVs>& sb = sm.scan[p];
@@ -147,7 +149,7 @@ __device__ __forceinline__ void prepare_role(const PrefillArgs& a, SharedPlan<kV
 
     float Gr[kC];  // per thread (column), nothing shared: no group barrier before the stage writes
     gate_cumsum(a, raw, nvalid_of(c), bias, A, i, Gr);
-    if (k > 0) device::bar_sync(kBarEmpty0 + p, kThreads);  // scan done with stage p
+    if (prepared++ > 0) device::bar_sync(kBarEmpty0 + p, kThreads);  // scan done with stage p
     scan_operands(a, raw, sb, i, Gr, kOutputs, with_u);
     // The wgmma scan reads the stage through the async proxy: order these generic writes first.
     if constexpr (uses_wgmma<kVs>()) device::fence_proxy_async_shared();
@@ -177,9 +179,13 @@ __device__ __forceinline__ int64_t boundary_base(const PrefillArgs& a, int64_t n
   return rows;
 }
 
+// The scan of one job: chunk f of the CTA's sequence of chunks (prepare_job) is read from stage
+// f % kGroups and released if a later chunk (f + kGroups < total) will be written there
+// (total < 0: this job is the CTA's only one).
 template <int kVs, Pass kPass>
-__device__ __forceinline__ void scan_role(const PrefillArgs& a, SharedPlan<kVs>& sm,
-                                          const ScanJob& job) {
+__device__ __forceinline__ void scan_job(const PrefillArgs& a, SharedPlan<kVs>& sm,
+                                         const ScanJob& job, int& flat, int total) {
+  if (total < 0) total = flat + job.c1 - job.c0;  // the CTA's only job
   constexpr int kGroups = prep_groups<kVs>();
   constexpr int kThreads = kPrepThreads + 2 * kVs;  // one prepare group + the scan warps
   const int ws = (threadIdx.x >> 5) - kPrepWarps * kGroups;
@@ -214,7 +220,7 @@ __device__ __forceinline__ void scan_role(const PrefillArgs& a, SharedPlan<kVs>&
   uint16_t* out_rows = a.out + bos * a.out_stride + int64_t(hv) * kV + row;
   // Outer loop: one boundary interval (kBoundaryChunks chunks), so that the rarely taken state
   // store stays out of the hot inner loop.
-  for (int c = job.c0, st = 0; c < c1;) {
+  for (int c = job.c0; c < c1;) {
     // A vote keeps the branch visibly warp-uniform (ptxas serialises wgmma when the accumulator S
     // is read under a branch it cannot prove uniform).
     if (__any_sync(0xffffffffu, c % kBoundaryChunks == 0 && c / kBoundaryChunks < bnd_rows)) {
@@ -226,7 +232,8 @@ __device__ __forceinline__ void scan_role(const PrefillArgs& a, SharedPlan<kVs>&
     const int c_next = (c / kBoundaryChunks + 1) * kBoundaryChunks;
     const int c_end = c_next < c1 ? c_next : c1;
 #pragma unroll 1
-    for (; c < c_end; ++c, st = st + 1 == kGroups ? 0 : st + 1) {
+    for (; c < c_end; ++c, ++flat) {
+      const int st = flat % kGroups;
       device::bar_sync(kBarFull0 + st, kThreads);
       const int nvalid =
           int(eos - (bos + int64_t(c) * kC) < kC ? eos - (bos + int64_t(c) * kC) : kC);
@@ -235,7 +242,7 @@ __device__ __forceinline__ void scan_role(const PrefillArgs& a, SharedPlan<kVs>&
         scan_chunk_wg<kVs, kOutputs>(a, sm.scan[st], sm.ostage[ws], S, vc, out_c, nvalid, with_u);
       else
         scan_chunk<kVs, kOutputs>(a, sm.scan[st], sm.ostage[ws], S, vc, out_c, nvalid, with_u);
-      if (c + kGroups < c1) device::bar_arrive(kBarEmpty0 + st, kThreads);
+      if (flat + kGroups < total) device::bar_arrive(kBarEmpty0 + st, kThreads);
     }
   }
 
@@ -243,17 +250,41 @@ __device__ __forceinline__ void scan_role(const PrefillArgs& a, SharedPlan<kVs>&
 }
 
 // One instantiation per pass, so that the unsplit scan carries none of the split-T branches.
+// CTA b does jobs b, b + gridDim.x, ... (one each unless the launcher chose a persistent grid);
+// both roles walk the same jobs, so they agree on the sequence of chunks without talking.
 template <int kVs, Pass kPass>
 __global__ void __launch_bounds__(block_threads<kVs>(), 1)
     prefill_kernel(const __grid_constant__ PrefillArgs a) {
   extern __shared__ __align__(128) unsigned char smem_bytes[];
   auto& sm = *reinterpret_cast<SharedPlan<kVs>*>(smem_bytes);
-  const ScanJob job = job_of<kVs, kPass>(a);
-  if (!job.valid) return;  // uniform over the CTA, before any barrier
-  if (threadIdx.x < prep_groups<kVs>() * kPrepThreads)
-    prepare_role<kVs, kPass>(a, sm, threadIdx.x / kPrepThreads, job);
-  else
-    scan_role<kVs, kPass>(a, sm, job);
+  constexpr int kGroups = prep_groups<kVs>();
+  const int64_t stride = gridDim.x;
+  if (threadIdx.x < kGroups * kPrepThreads) {
+    const int p = threadIdx.x / kPrepThreads;
+    int flat = 0, prepared = 0;
+    for (int64_t cta = blockIdx.x; cta < a.jobs; cta += stride) {
+      const ScanJob job = job_of<kVs, kPass>(a, cta);
+      if (!job.valid) continue;  // uniform over the CTA
+      const int first = job.c0 + (p - flat % kGroups + kGroups) % kGroups;
+      prepare_job<kVs, kPass>(a, sm, p, job, first, prepared);
+      flat += job.c1 - job.c0;
+    }
+  } else {
+    // Chunks of all of this CTA's jobs (one job per CTA: known from that job, no extra pass).
+    int total = -1;
+    if (stride < a.jobs) {
+      total = 0;
+      for (int64_t cta = blockIdx.x; cta < a.jobs; cta += stride) {
+        const ScanJob job = job_of<kVs, kPass>(a, cta);
+        if (job.valid) total += job.c1 - job.c0;
+      }
+    }
+    int flat = 0;
+    for (int64_t cta = blockIdx.x; cta < a.jobs; cta += stride) {
+      const ScanJob job = job_of<kVs, kPass>(a, cta);
+      if (job.valid) scan_job<kVs, kPass>(a, sm, job, flat, total);
+    }
+  }
 }
 
 }  // namespace fastkda::prefill_cuda
