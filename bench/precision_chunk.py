@@ -18,7 +18,8 @@ Products (S is the K x V state, f32 between chunks; C tokens per chunk):
     V_new = U - W S                                              mode "ws"
     O    = (scale q^ . 2^G) S + A_qk V_new                       modes "qs", "av"
     S    = 2^(G_C) . S + (k^ . 2^(G_C - G))^T V_new              mode "su"
-Modes: "f32" (operands f32), "tf32" (round to nearest away, 10 mantissa bits), "bf16",
+Modes: "f32" (operands f32), "tf32" (round to nearest away, 10 mantissa bits), "tf32_bt" (the
+right operand, the scan's register operand S or V_new, truncated instead: raw f32 bits), "bf16",
 "bf16x3" (split hi + lo bf16: hi.hi + hi.lo + lo.hi), "bf16x2" (A split, B bf16). Split-T
 (segments run independently, then combined; see chunked()): modes "combine" and "fix".
 
@@ -37,6 +38,12 @@ def tf32(x):
     return ((u + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
 
 
+def tf32_trunc(x):
+    """The raw f32 bits as a tf32 operand: the tensor cores ignore the low 13 bits (truncation)."""
+    u = np.asarray(x, np.float32).view(np.uint32)
+    return (u & np.uint32(0xFFFFE000)).view(np.float32)
+
+
 def bf16(x):
     u = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
     u = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000
@@ -51,6 +58,8 @@ def mm(a, b, mode):
         r = a.astype(np.float64) @ b.astype(np.float64)
     elif mode == "tf32":
         r = tf32(a).astype(np.float64) @ tf32(b).astype(np.float64)
+    elif mode == "tf32_bt":  # b (the scan's register operand: S or V_new) truncated, a rounded
+        r = tf32(a).astype(np.float64) @ tf32_trunc(b).astype(np.float64)
     elif mode == "bf16":
         r = bf16(a).astype(np.float64) @ bf16(b).astype(np.float64)
     elif mode in ("bf16x3", "bf16x2"):
@@ -241,6 +250,10 @@ def every(mode):
 
 CONFIGS = {  # name: (C, modes[, split-T segment tokens])
     "C16 kept GPU (tf32; W/U, state update bf16x3)": (16, KEPT),
+    "C16 kept, S / V_new operands truncated (no rounding instruction)": (
+        16,
+        {**KEPT, "ws": "tf32_bt", "qs": "tf32_bt", "av": "tf32_bt"},
+    ),
     "C64 same precisions": (64, KEPT),
     "C64 same, Tb by 16-blocks, tf32 products": (64, {**KEPT, "solve": "tf32"}),
     "C64 same, Tb by 16-blocks, bf16x3 products": (64, {**KEPT, "solve": "bf16x3"}),
@@ -266,6 +279,10 @@ CONFIGS = {  # name: (C, modes[, split-T segment tokens])
 # Configurations of the --seeds study: the kept recipe and the candidate fixes of its tail.
 SEED_CONFIGS = {
     "C16 kept GPU": (16, KEPT),
+    "C16 kept, S / V_new operands truncated": (
+        16,
+        {**KEPT, "ws": "tf32_bt", "qs": "tf32_bt", "av": "tf32_bt", "floor2": 128},
+    ),
     "C16 kept, W.S bf16x3": (16, {**KEPT, "ws": "bf16x3"}),
     "C16 kept, intra (A', A_qk) f32": (16, {**KEPT, "intra": "f32"}),
     "C16 kept, W.S bf16x3, intra f32": (16, {**KEPT, "ws": "bf16x3", "intra": "f32"}),
