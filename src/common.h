@@ -3,8 +3,10 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <charconv>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -56,6 +58,21 @@ template <class... Args>
   do {                                                                  \
     if (!(cond)) ::fastkda::detail::throw_error(__FILE__, __LINE__, __VA_ARGS__); \
   } while (0)
+
+// A tuning knob from the environment (benchmarks, tests): unset or empty -> nullopt; otherwise a
+// whole decimal integer that `valid` accepts, or a fastkda::Error naming the variable, what it
+// expects (`expected`) and the value.
+template <class Valid>
+std::optional<int64_t> env_knob(const char* name, const char* expected, Valid valid) {
+  const char* env = std::getenv(name);
+  if (!env || !*env) return std::nullopt;
+  const std::string_view s = env;
+  int64_t v = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  FASTKDA_CHECK(ec == std::errc() && end == s.data() + s.size() && valid(v), name, ": expected ",
+                expected, ", got '", s, "'");
+  return v;
+}
 
 // ---- scalar types -----------------------------------------------------------------------------
 inline float bf16_to_float(uint16_t h) {

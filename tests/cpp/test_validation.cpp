@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common.h"
 #include "fastkda/fastkda.h"
 
 namespace {
@@ -289,3 +290,33 @@ TEST(Validation, DuplicateSlotsRejected) {
 }
 
 }  // namespace
+
+// The tuning knobs' parser (FASTKDA_PREFILL_*): unset or empty means "not forced"; a whole valid
+// number is taken; anything else is an error naming the variable and the value.
+TEST(Validation, EnvKnobParser) {
+  const char* name = "FASTKDA_TEST_KNOB";
+  auto knob = [&] {
+    return fastkda::env_knob(name, "0 or 1", [](int64_t v) { return v == 0 || v == 1; });
+  };
+  unsetenv(name);
+  EXPECT_FALSE(knob().has_value());
+  setenv(name, "", 1);
+  EXPECT_FALSE(knob().has_value());
+  setenv(name, "1", 1);
+  EXPECT_EQ(knob().value_or(-1), 1);
+  setenv(name, "0", 1);
+  EXPECT_EQ(knob().value_or(-1), 0);
+  for (const char* bad : {"2", "-1", "yes", "1x", " 1", "1 ", "99999999999999999999"}) {
+    setenv(name, bad, 1);
+    try {
+      (void)knob();
+      ADD_FAILURE() << "'" << bad << "' must throw";
+    } catch (const fastkda::Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(name), std::string::npos) << what;
+      EXPECT_NE(what.find(std::string("'") + bad + "'"), std::string::npos) << what;
+    }
+  }
+  unsetenv(name);
+}
+

@@ -101,21 +101,6 @@ int sm_count(int device) {
   return n;
 }
 
-// A tuning knob from the environment (benchmarks, tests): unset or empty -> nullopt; otherwise
-// a whole decimal integer that `valid` accepts, or a fastkda::Error naming the variable (raised by
-// the size query already, before anything is launched or written).
-template <class Valid>
-std::optional<int64_t> env_knob(const char* name, const char* expected, Valid valid) {
-  const char* env = std::getenv(name);
-  if (!env || !*env) return std::nullopt;
-  const std::string s = env;
-  int64_t v = 0;
-  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  FASTKDA_CHECK(ec == std::errc() && end == s.data() + s.size() && valid(v), name, ": expected ",
-                expected, ", got '", s, "'");
-  return v;
-}
-
 // CTAs per (sequence, value head): split V (one CTA per SM) only while the grid still fits in
 // one wave, at most 4 ways (each CTA repeats the light prepare work of its head).
 // FASTKDA_PREFILL_VSPLIT=1|2|4 overrides it; 0 returned when not forced.
