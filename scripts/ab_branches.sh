@@ -10,7 +10,7 @@
 #
 # Device call: run(command="scripts/ab_branches.sh run", carry=["build-gpu/ab"]). Env: BENCH_FILTER
 # (shape substring), TEST_FILTER (gtest filter), SANITIZE (binary names for compute-sanitizer).
-# Full logs go to $OUT (or build-gpu/ab/logs); at most 8 files come back from $OUT: tar them.
+# Full logs: $OUT/ab_logs.tgz (or build-gpu/ab/logs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 AB=build-gpu/ab
@@ -34,7 +34,10 @@ build() {
 }
 
 run() {
-  local rounds=${1:-2} out=${OUT:-$AB/logs} summary=""
+  # Logs go to a scratch folder, packed into $OUT/ab_logs.tgz at the end (at most 8 files come
+  # back from a device call's $OUT); without $OUT they stay in build-gpu/ab/logs.
+  local rounds=${1:-2} out=${OUT:+/tmp/ab_logs} summary=""
+  out=${out:-$AB/logs}
   mkdir -p "$out"
   for bin in "$AB"/*_tests; do
     local name
@@ -78,7 +81,8 @@ for s in shapes:
     print(f"| {s} | " + " | ".join(cells) + " |")
 EOF
 )"
-  echo "$summary"
+  echo "$summary" | tee "$out/summary.txt"
+  [ -n "${OUT:-}" ] && tar czf "$OUT/ab_logs.tgz" -C "$(dirname "$out")" "$(basename "$out")"
 }
 
 case "${1:-}" in
