@@ -175,6 +175,23 @@ float tf32_host(float x, bool ties_even = false) {
   return x;
 }
 
+// Random bf16 A (64 x 16) and B (128 x 16, [n][k]) and S = A B^T (64 x 128) in double: the
+// operands and reference of the m64n128k16 tests.
+std::vector<double> random_bf16_product(std::mt19937_64& rng, std::vector<uint16_t>& a,
+                                        std::vector<uint16_t>& b) {
+  std::normal_distribution<float> normal(0.f, 1.f);
+  a.resize(64 * 16), b.resize(128 * 16);
+  for (auto& x : a) x = fastkda::float_to_bf16(normal(rng));
+  for (auto& x : b) x = fastkda::float_to_bf16(normal(rng));
+  std::vector<double> s(64 * 128, 0.0);
+  for (int r = 0; r < 64; ++r)
+    for (int n = 0; n < 128; ++n)
+      for (int k = 0; k < 16; ++k)
+        s[r * 128 + n] +=
+            double(fastkda::bf16_to_float(a[r * 16 + k])) * fastkda::bf16_to_float(b[n * 16 + k]);
+  return s;
+}
+
 double rms_rel(const std::vector<float>& got, const std::vector<double>& ref) {
   double num = 0, den = 0;
   for (size_t i = 0; i < ref.size(); ++i) {
@@ -236,16 +253,8 @@ TEST(WgmmaGpu, Tf32M64N32K8ChainedOverK128) {
 TEST(WgmmaGpu, Bf16M64N128K16) {
   if (!fastkda_gpu_test::have_gpu()) GTEST_SKIP() << "no CUDA device";
   std::mt19937_64 rng(fastkda_gpu_test::fresh_seed());
-  std::normal_distribution<float> normal(0.f, 1.f);
-  std::vector<uint16_t> a(64 * 16), b(128 * 16);
-  for (auto& x : a) x = fastkda::float_to_bf16(normal(rng));
-  for (auto& x : b) x = fastkda::float_to_bf16(normal(rng));
-  std::vector<double> ref(64 * 128, 0.0);
-  for (int r = 0; r < 64; ++r)
-    for (int n = 0; n < 128; ++n)
-      for (int k = 0; k < 16; ++k)
-        ref[r * 128 + n] +=
-            double(fastkda::bf16_to_float(a[r * 16 + k])) * fastkda::bf16_to_float(b[n * 16 + k]);
+  std::vector<uint16_t> a, b;
+  const std::vector<double> ref = random_bf16_product(rng, a, b);
   uint16_t *da = to_device(a), *db = to_device(b);
   float* dd = nullptr;
   ASSERT_EQ(cudaMalloc(&dd, ref.size() * 4), cudaSuccess);
@@ -271,17 +280,10 @@ TEST(WgmmaGpu, AccumulatorAsTf32OperandChain) {
   if (!fastkda_gpu_test::have_gpu()) GTEST_SKIP() << "no CUDA device";
   std::mt19937_64 rng(fastkda_gpu_test::fresh_seed());
   std::normal_distribution<float> normal(0.f, 1.f);
-  std::vector<uint16_t> a(64 * 16), b(128 * 16);
+  std::vector<uint16_t> a, b;
+  const std::vector<double> s_ref = random_bf16_product(rng, a, b);
   std::vector<float> w(16 * 128);
-  for (auto& x : a) x = fastkda::float_to_bf16(normal(rng));
-  for (auto& x : b) x = fastkda::float_to_bf16(normal(rng));
   for (float& x : w) x = tf32_host(normal(rng));  // exact in tf32: truncation changes nothing
-  std::vector<double> s_ref(64 * 128, 0.0);
-  for (int r = 0; r < 64; ++r)
-    for (int n = 0; n < 128; ++n)
-      for (int k = 0; k < 16; ++k)
-        s_ref[r * 128 + n] +=
-            double(fastkda::bf16_to_float(a[r * 16 + k])) * fastkda::bf16_to_float(b[n * 16 + k]);
   uint16_t *da = to_device(a), *db = to_device(b);
   float *dw = to_device(w), *ds = nullptr, *dd = nullptr;
   ASSERT_EQ(cudaMalloc(&ds, s_ref.size() * 4), cudaSuccess);

@@ -110,8 +110,8 @@ int env_vsplit() {
                  .value_or(0));
 }
 
-int choose_vsplit(int64_t heads_total, int sms) {
-  if (const int v = env_vsplit()) return v;
+int choose_vsplit(int64_t heads_total, int sms, int forced) {
+  if (forced) return forced;
   if (4 * heads_total <= sms) return 4;
   if (2 * heads_total <= sms) return 2;
   return 1;
@@ -148,7 +148,8 @@ bool use_longest_first(const ForwardParams& p, int64_t num_seq, const Plan& plan
 Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
   Plan plan;
   const int64_t heads = num_seq * p.HV;
-  plan.vsplit = choose_vsplit(heads, sms);
+  const int forced_vs = env_vsplit();  // 0: not forced
+  plan.vsplit = choose_vsplit(heads, sms, forced_vs);
   if (num_seq <= 0) return plan;
   const int64_t interval = ForwardParams::kBoundaryInterval;
   if (const std::optional<int64_t> tokens =
@@ -156,14 +157,14 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
             return v >= 0 && v % interval == 0 && v <= (int64_t(1) << 24);
           })) {
     plan.seg_chunks = int(*tokens / prefill_cuda::kC);
-    if (plan.seg_chunks > 0) plan.vsplit = env_vsplit() ? env_vsplit() : 1;
+    if (plan.seg_chunks > 0) plan.vsplit = forced_vs ? forced_vs : 1;
     return plan;
   }
   const double chunks = double(p.B * p.T) / double(num_seq) / prefill_cuda::kC;  // per sequence
   auto waves = [&](int64_t ctas) { return double((ctas + sms - 1) / sms); };
   auto chunk_us = [](int vsplit) { return vsplit == 4 ? 1.35 : vsplit == 2 ? 1.55 : 2.08; };
   const double whole = waves(heads * plan.vsplit) * chunks * chunk_us(plan.vsplit);
-  const int vs = env_vsplit() ? env_vsplit() : 1;  // value split of the split-T passes
+  const int vs = forced_vs ? forced_vs : 1;  // value split of the split-T passes
   double best = 0.8 * whole;                       // split only for a clear gain
   for (int seg_tokens = 512; seg_tokens <= 8192; seg_tokens += 256) {
     const int seg_chunks = seg_tokens / prefill_cuda::kC;
