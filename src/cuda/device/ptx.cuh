@@ -101,6 +101,63 @@ __device__ __forceinline__ void cp_async_wait_group() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
+// ---- TMA copies and mbarriers ------------------------------------------------------------------
+// A 2-D box of the tensor map `tmap` (a __grid_constant__ kernel parameter) at element coordinates
+// (c0 inner, c1 outer) into shared memory (128-byte aligned), completing as transaction bytes on
+// the mbarrier `mbar`. Out-of-range elements are written as zeros.
+__device__ __forceinline__ void tma_load_2d(void* smem_dst, const void* tmap, int c0, int c1,
+                                            uint64_t* mbar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst))),
+      "l"(tmap), "r"(c0), "r"(c1), "r"(static_cast<uint32_t>(__cvta_generic_to_shared(mbar)))
+      : "memory");
+}
+// `bytes` contiguous bytes global -> shared (16-byte aligned, a multiple of 16), on `mbar`.
+__device__ __forceinline__ void bulk_load(void* smem_dst, const void* gmem_src, uint32_t bytes,
+                                          uint64_t* mbar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::
+          "r"(static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst))),
+      "l"(gmem_src), "r"(bytes), "r"(static_cast<uint32_t>(__cvta_generic_to_shared(mbar)))
+      : "memory");
+}
+__device__ __forceinline__ void mbarrier_init(uint64_t* mbar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(
+                   static_cast<uint32_t>(__cvta_generic_to_shared(mbar))),
+               "r"(count)
+               : "memory");
+}
+// Makes initialised mbarriers visible to the async proxy (TMA); then a barrier.
+__device__ __forceinline__ void fence_mbarrier_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+// One arrival that also announces `bytes` transaction bytes for the current phase.
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* mbar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(
+                   static_cast<uint32_t>(__cvta_generic_to_shared(mbar))),
+               "r"(bytes)
+               : "memory");
+}
+// Waits until the phase with parity `parity` of `mbar` has completed.
+__device__ __forceinline__ void mbarrier_wait(uint64_t* mbar, uint32_t parity) {
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(mbar));
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        " selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(addr), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+// Orders this thread's generic-proxy shared-memory writes before later async-proxy accesses of
+// them (wgmma reads, TMA writes); follow it with a barrier so that every writer has fenced.
+__device__ __forceinline__ void fence_proxy_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
 // ---- named barriers (id 0 is __syncthreads) --------------------------------------------------
 __device__ __forceinline__ void bar_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");

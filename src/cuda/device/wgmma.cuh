@@ -17,6 +17,8 @@
 
 #include <cstdint>
 
+#include "cuda/device/ptx.cuh"
+
 namespace fastkda::device {
 
 // Shared-memory matrix descriptor, no swizzle (layout type 0): start address, leading-dimension
@@ -36,11 +38,6 @@ __device__ __forceinline__ SmemDesc smem_desc_noswizzle(const void* smem, uint32
           (sbo_bytes >> 4) & 0x3fffu};  // base offset 0, swizzle mode 0
 }
 
-// Orders this thread's generic-proxy shared-memory writes before later wgmma (async-proxy)
-// reads of them; follow it with a barrier so that every writer has fenced.
-__device__ __forceinline__ void fence_proxy_async_shared() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
 
 __device__ __forceinline__ void wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");

@@ -1,6 +1,8 @@
 // PrefillArgs: the resolved, validated ForwardParams as the prefill kernel reads them.
 #pragma once
 
+#include <cuda.h>  // CUtensorMap (the type only: no driver-API call is linked)
+
 #include <cstdint>
 
 namespace fastkda::prefill_cuda {
@@ -19,6 +21,9 @@ enum class Pass : int {
 };
 
 struct PrefillArgs {
+  // TMA descriptors of the scan kernel's per-chunk loads (launch.cu make_load_maps): boxes of kC
+  // token rows x kK (q, k, g) or kVs (v) columns, rows past the tensor zero-filled.
+  CUtensorMap tm_q, tm_k, tm_g, tm_v;
   const uint16_t* q;  // [B*T, q_stride] bf16, head h at h*K
   const uint16_t* k;  // [B*T, k_stride] bf16
   const uint16_t* v;  // [B*T, v_stride] bf16, value head j at j*V

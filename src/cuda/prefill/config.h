@@ -193,6 +193,7 @@ struct SharedPlan {
   RawStage<kVs> raw[prep_groups<kVs>()][2];   // group p: its chunks alternate raw[p][0], [p][1]
   ScanStageOf<kVs> scan[prep_groups<kVs>()];  // chunk c in scan[c % groups]
   uint16_t ostage[kVs / 16][kC][kLdOut];  // per scan warp: bf16 output tile before 16-B stores
+  uint64_t raw_full[prep_groups<kVs>()][2];  // mbarriers: the TMA loads into raw[p][b] landed
 };
 
 template <int kVs>
@@ -202,6 +203,13 @@ constexpr size_t shared_bytes() {
 static_assert(shared_bytes<128>() <= 227 * 1024 && shared_bytes<64>() <= 227 * 1024 &&
                   shared_bytes<32>() <= 227 * 1024,
               "shared memory over the sm_90 limit");
+// TMA writes its boxes to 128-byte aligned shared memory: the raw stages and their q, k, v, g.
+static_assert(sizeof(RawStage<128>) % 128 == 0 && sizeof(RawStage<64>) % 128 == 0 &&
+                  sizeof(RawStage<32>) % 128 == 0 && offsetof(RawStage<32>, q) % 128 == 0 &&
+                  offsetof(RawStage<32>, k) % 128 == 0 && offsetof(RawStage<32>, v) % 128 == 0 &&
+                  offsetof(RawStage<32>, g) % 128 == 0 && offsetof(RawStage<64>, g) % 128 == 0 &&
+                  offsetof(RawStage<128>, g) % 128 == 0 && offsetof(SharedPlan<128>, raw) == 0,
+              "raw stage layout for TMA");
 static_assert(sizeof(RawStage<128>) % 16 == 0 && sizeof(ScanStage<128>) % 16 == 0 &&
                   sizeof(RawStage<32>) % 16 == 0 && sizeof(ScanStage<32>) % 16 == 0 &&
                   sizeof(RawStage<64>) % 16 == 0 && sizeof(ScanStage<64>) % 16 == 0 &&

@@ -3,6 +3,7 @@
 // no host synchronisation (CUDA-graph capturable). intra_kernel (chunk-parallel Tb and A_qk into
 // the caller's workspace), then prefill_kernel (the scan) once, or for split T twice around
 // combine_kernel (split.cuh).
+#include <cuda.h>  // CUtensorMap and cuTensorMapEncodeTiled's signature (found at run time)
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -30,6 +31,7 @@ using prefill_cuda::PrefillArgs;
 
 static_assert(prefill_cuda::kBoundaryChunks * prefill_cuda::kC == ForwardParams::kBoundaryInterval,
               "boundary states: one every kBoundaryChunks scan chunks");
+static_assert(sizeof(PrefillArgs) <= 4096, "kernel parameters: 4 KiB at most");
 
 bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
@@ -56,6 +58,60 @@ void check_cuda_preconditions(const ForwardParams& p, const Strides& s) {
   FASTKDA_CHECK(s.v % 8 == 0, "v_stride: expected a multiple of 8 elements, got ", s.v);
   FASTKDA_CHECK(s.g % g_elems16 == 0, "g_stride: expected a multiple of ", g_elems16,
                 " elements, got ", s.g);
+}
+
+// cuTensorMapEncodeTiled from the driver through the runtime (no link against libcuda).
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
+                                 const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
+                                 const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                 CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+EncodeTiled encode_tiled() {
+  static const EncodeTiled fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    FASTKDA_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000,
+                                                        cudaEnableDefault, &found));
+    FASTKDA_CHECK(found == cudaDriverEntryPointSuccess && f != nullptr,
+                  "cuTensorMapEncodeTiled: not provided by the CUDA driver (query result ",
+                  int(found), ")");
+    return reinterpret_cast<EncodeTiled>(f);
+  }();
+  return fn;
+}
+
+// TMA descriptor of a row-major [rows, cols] tensor with `stride` elements per row (a multiple
+// of 16 bytes, checked by check_cuda_preconditions), read in boxes of box_rows x box_cols; rows
+// past the tensor read as zeros.
+CUtensorMap tensor_map(const void* base, CUtensorMapDataType type, int elem_bytes, int64_t rows,
+                       int64_t cols, int64_t stride, int box_cols, int box_rows) {
+  CUtensorMap m;
+  const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
+  const cuuint64_t strides[1] = {cuuint64_t(stride) * cuuint64_t(elem_bytes)};
+  const cuuint32_t box[2] = {cuuint32_t(box_cols), cuuint32_t(box_rows)};
+  const cuuint32_t steps[2] = {1, 1};
+  const CUresult r = encode_tiled()(&m, type, 2, const_cast<void*>(base), dims, strides, box,
+                                    steps, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                    CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  FASTKDA_CHECK(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled: error ", int(r), " for a [", rows,
+                ", ", cols, "] tensor with a row stride of ", stride, " elements");
+  return m;
+}
+
+// The scan kernel's loads (prepare.cuh load_stage): q, k, g rows of kK columns, this CTA's kVs
+// value columns of v, kC token rows per box.
+void make_load_maps(const ForwardParams& p, const Strides& s, int vsplit, PrefillArgs& a) {
+  const int64_t rows = p.B * p.T;
+  if (rows <= 0) return;  // nothing is loaded
+  using prefill_cuda::kC;
+  constexpr int kK = prefill_cuda::kK, kV = prefill_cuda::kV;
+  const auto bf16 = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  a.tm_q = tensor_map(p.q, bf16, 2, rows, int64_t(p.H) * kK, s.q, kK, kC);
+  a.tm_k = tensor_map(p.k, bf16, 2, rows, int64_t(p.H) * kK, s.k, kK, kC);
+  a.tm_v = tensor_map(p.v, bf16, 2, rows, int64_t(p.HV) * kV, s.v, kV / vsplit, kC);
+  const bool g_f32 = p.g_dtype == DType::kF32;
+  a.tm_g = tensor_map(p.g, g_f32 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32 : bf16, g_f32 ? 4 : 2, rows,
+                      int64_t(p.HV) * kK, s.g, kK, kC);
 }
 
 PrefillArgs make_args(const ForwardParams& p, const Strides& s) {
@@ -274,6 +330,7 @@ void prefill(const ForwardParams& p) {
                 slots, " chunk slots x ", p.HV, " heads");
   const Plan plan = choose_plan(p, num_seq, sm_count(p.device_index));
   a.vsplit = plan.vsplit;
+  make_load_maps(p, s, plan.vsplit, a);
   a.seg_chunks = plan.seg_chunks;
   char* const ws = static_cast<char*>(p.workspace);
   a.seg_ws = plan.seg_chunks ? reinterpret_cast<float*>(ws + chunk_ws_bytes(p)) : nullptr;

@@ -8,7 +8,7 @@
 // slice), pass 1 with a transition slice (K x K rows of S^T from the identity) per value slice;
 // ScanJob says what each CTA does.
 // Warp roles (warp specialised, no CTA-wide barrier in the main loop):
-//   warps 0..4G-1  G = prep_groups<kVs>() prepare groups of 4 warps alternating chunks: cp.async
+//   warps 0..4G-1  G = prep_groups<kVs>() prepare groups of 4 warps alternating chunks: TMA loads
 //                  of q, k, v, g, Tb, A_qk, row norms (two raw stages per group), gate + cumsum,
 //                  qs, ke, decay, W = Tb (k^ . 2^G), U = Tb v (split-bf16 MMA)
 //                  -> ScanStage scan[c % G]                                      (prepare.cuh)
@@ -113,9 +113,11 @@ __device__ __forceinline__ ScanJob job_of(const PrefillArgs& a, int64_t cta) {
 // (the next one loads while it works) and scan[p]. `prepared`: the chunks this group has handed
 // to the scan so far (from the second one on, it waits for the scan to release stage p). The
 // transition pass skips qs and A_qk (no outputs), and U for transition rows.
+// `phases`: bit b is the parity of the next completion of raw_full[p][b] (carried across jobs).
 template <int kVs, Pass kPass>
 __device__ __forceinline__ void prepare_job(const PrefillArgs& a, SharedPlan<kVs>& sm, int p,
-                                            const ScanJob& job, int first, int& prepared) {
+                                            const ScanJob& job, int first, int& prepared,
+                                            uint32_t& phases) {
   constexpr int kGroups = prep_groups<kVs>();
   constexpr int kThreads = kPrepThreads + 2 * kVs;  // one prepare group + the scan warps
   const int i = threadIdx.x - p * kPrepThreads;     // key column owned in the gate scan
@@ -132,10 +134,10 @@ __device__ __forceinline__ void prepare_job(const PrefillArgs& a, SharedPlan<kVs
     const int64_t left = eos - (bos + int64_t(c) * kC);
     return int(left < kC ? left : kC);
   };
-  auto issue = [&](int c, int buf) {  // inputs of chunk c into raw[p][buf]; always one group
-    if (c < c1)
-      load_stage(a, sm.raw[p][buf], bos + int64_t(c) * kC, nvalid_of(c), slot0 + c, h, hv, v0, i);
-    device::cp_async_commit_group();
+  auto issue = [&](int c, int buf) {  // inputs of chunk c into raw[p][buf], by thread 0
+    if (c < c1 && i == 0)
+      load_stage(a, sm.raw[p][buf], &sm.raw_full[p][buf], bos + int64_t(c) * kC, slot0 + c, h,
+                 hv, v0);
   };
 
   issue(first, 0);
@@ -144,8 +146,12 @@ __device__ __forceinline__ void prepare_job(const PrefillArgs& a, SharedPlan<kVs
     const int buf = k & 1;
     RawStage<kVs>& raw = sm.raw[p][buf];
     ScanStageOf<kVs>& sb = sm.scan[p];
-    device::cp_async_wait_group<1>();
-    device::bar_sync(bar_prep, kPrepThreads);
+    device::mbarrier_wait(&sm.raw_full[p][buf], (phases >> buf) & 1u);
+    phases ^= 1u << buf;
+    if (nvalid_of(c) < kC) {  // the last chunk of a sequence: zeros past its end
+      zero_tail(a, raw, nvalid_of(c), i);
+      device::bar_sync(bar_prep, kPrepThreads);
+    }
 
     float Gr[kC];  // per thread (column), nothing shared: no group barrier before the stage writes
     gate_cumsum(a, raw, nvalid_of(c), bias, A, i, Gr);
@@ -160,7 +166,6 @@ __device__ __forceinline__ void prepare_job(const PrefillArgs& a, SharedPlan<kVs
     device::bar_arrive(kBarFull0 + p, kThreads);
     issue(c + 2 * kGroups, buf);
   }
-  device::cp_async_wait_group<0>();
 }
 
 // First boundary-state row of sequence n: sum over m < n of ceil(L_m / 64) (fla's `h` layout).
@@ -259,14 +264,21 @@ __global__ void __launch_bounds__(block_threads<kVs>(), 1)
   auto& sm = *reinterpret_cast<SharedPlan<kVs>*>(smem_bytes);
   constexpr int kGroups = prep_groups<kVs>();
   const int64_t stride = gridDim.x;
+  if (threadIdx.x == 0) {
+    for (int p = 0; p < kGroups; ++p)
+      for (int b = 0; b < 2; ++b) device::mbarrier_init(&sm.raw_full[p][b], 1);
+    device::fence_mbarrier_init();
+  }
+  __syncthreads();  // the only CTA-wide barrier: the mbarriers exist before any load
   if (threadIdx.x < kGroups * kPrepThreads) {
     const int p = threadIdx.x / kPrepThreads;
     int flat = 0, prepared = 0;
+    uint32_t phases = 0;
     for (int64_t cta = blockIdx.x; cta < a.jobs; cta += stride) {
       const ScanJob job = job_of<kVs, kPass>(a, cta);
       if (!job.valid) continue;  // uniform over the CTA
       const int first = job.c0 + (p - flat % kGroups + kGroups) % kGroups;
-      prepare_job<kVs, kPass>(a, sm, p, job, first, prepared);
+      prepare_job<kVs, kPass>(a, sm, p, job, first, prepared, phases);
       flat += job.c1 - job.c0;
     }
   } else {

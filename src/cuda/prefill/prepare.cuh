@@ -2,7 +2,7 @@
 // tokens, the light elementwise part of DESIGN §2's chunked form and the two products with the
 // intra kernel's Tb = (I + N)^-1 diag(beta) (workspace):
 //
-//   raw q, k, v, g, Tb, A_qk, row norms (smem, cp.async)  ->  G           (common.cuh gate_cumsum)
+//   raw q, k, v, g, Tb, A_qk, row norms (smem, TMA)  ->  G                  (common.cuh gate_cumsum)
 //                                              ->  scan_operands: qs = scale q^ . 2^G,
 //                                                  ke = (k^ . 2^(G_C - G))^T, decay = 2^G_C, A_qk,
 //                                                  -W = -Tb (k^ . 2^G), U = Tb v  (split-bf16 MMA)
@@ -12,24 +12,42 @@
 
 namespace fastkda::prefill_cuda {
 
-// Issues the cp.async copies of chunk `chunk`'s inputs into r: q, k, g, this CTA's v columns and
-// the workspace record (Tb, A_qk, row norms: 136 16-byte pieces).
+// Thread 0 of a prepare group: the TMA loads of chunk inputs into r, completing on `mbar`: boxes
+// of the kC token rows from tok0 of q, k (head h), g (value head hv) and this CTA's v columns
+// (v0..), and the workspace record (Tb, A_qk, row norms) as one bulk copy. Rows past the sequence
+// end are loaded too (zeroed by zero_tail after the wait); rows past the tensor read as zeros.
 template <int kVs>
-__device__ __forceinline__ void load_stage(const PrefillArgs& a, RawStage<kVs>& r, int64_t tok0,
-                                           int nvalid, int64_t slot, int h, int hv, int v0,
-                                           int tid) {
-  load_qkg(a, r, tok0, nvalid, h, hv, tid);
-  for (int s = tid; s < kC * (kVs / 8); s += kPrepThreads) {
-    const int row = s / (kVs / 8), col = (s % (kVs / 8)) * 8;
-    const bool ok = row < nvalid;
-    const int64_t tok = tok0 + (ok ? row : 0);
-    device::cp_async_cg_16(&r.v[row][col], a.v + tok * a.v_stride + int64_t(hv) * kV + v0 + col,
-                           ok ? 16 : 0);
+__device__ __forceinline__ void load_stage(const PrefillArgs& a, RawStage<kVs>& r, uint64_t* mbar,
+                                           int64_t tok0, int64_t slot, int h, int hv, int v0) {
+  constexpr uint32_t kRowBytes = 2 * kK * 2 + kVs * 2;  // q, k and v of one token
+  const uint32_t g_bytes = a.g_f32 ? kK * 4 : kK * 2;
+  device::mbarrier_arrive_expect_tx(mbar, kC * (kRowBytes + g_bytes) + kWsFloats * 4);
+  const int t = int(tok0);
+  device::tma_load_2d(&r.q[0][0], &a.tm_q, h * kK, t, mbar);
+  device::tma_load_2d(&r.k[0][0], &a.tm_k, h * kK, t, mbar);
+  device::tma_load_2d(&r.g[0][0], &a.tm_g, hv * kK, t, mbar);
+  device::tma_load_2d(&r.v[0][0], &a.tm_v, hv * kV + v0, t, mbar);
+  static_assert(offsetof(RawStage<kVs>, tb) == 0 && (kWsFloats * 4) % 16 == 0,
+                "the workspace record is the stage's first bytes: one bulk copy");
+  device::bulk_load(&r.tb[0][0], chunk_ws(a, slot, hv), kWsFloats * 4, mbar);
+}
+
+// Thread i of the group, after the loads of a chunk with nvalid < kC rows landed: zeros in rows
+// nvalid.. of q, k, g and v (the prepare's products rely on them), then a proxy fence (a later
+// TMA load rewrites these bytes). The caller's group barrier makes the zeros visible.
+template <int kVs>
+__device__ __forceinline__ void zero_tail(const PrefillArgs& a, RawStage<kVs>& r, int nvalid,
+                                          int i) {
+  for (int row = nvalid; row < kC; ++row) {
+    r.q[row][i] = 0;
+    r.k[row][i] = 0;
+    if (a.g_f32)
+      r.g[row][i] = 0.0f;
+    else
+      reinterpret_cast<uint16_t*>(&r.g[0][0])[row * kK + i] = 0;
+    if (i < kVs) r.v[row][i] = 0;
   }
-  static_assert(kWsFloats % 4 == 0 && kWsFloats <= 8 * kPrepThreads, "two 16-byte pieces at most");
-  const float* ws = chunk_ws(a, slot, hv);
-  for (int e = 4 * tid; e < kWsFloats; e += 4 * kPrepThreads)
-    device::cp_async_cg_16(&r.tb[0][0] + e, ws + e, 16);
+  device::fence_proxy_async_shared();
 }
 
 // The f32 rows of kw = k^ . 2^G: their own buffer in the wgmma stage, the -W buffer (overwritten
