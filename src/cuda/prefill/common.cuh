@@ -74,28 +74,17 @@ __device__ __forceinline__ float beta_activation(const PrefillArgs& a, float b) 
   return a.beta_act == BetaAct::kTwoSigmoid ? 2.0f * s : s;
 }
 
-// Issues the cp.async copies of q, k, g of the chunk starting at tok0 (rows past nvalid zero).
+// Thread i, after a chunk's q, k, g rows landed (TMA loads the rows past the sequence end too,
+// from the next sequence): zeros in rows nvalid.. of column i (the products rely on them).
 template <class Raw>
-__device__ __forceinline__ void load_qkg(const PrefillArgs& a, Raw& r, int64_t tok0, int nvalid,
-                                         int h, int hv, int tid) {
-  for (int s = tid; s < kC * (kK / 8); s += kPrepThreads) {
-    const int row = s / (kK / 8), col = (s % (kK / 8)) * 8;
-    const bool ok = row < nvalid;
-    const int64_t tok = tok0 + (ok ? row : 0);
-    device::cp_async_cg_16(&r.q[row][col], a.q + tok * a.q_stride + int64_t(h) * kK + col,
-                           ok ? 16 : 0);
-    device::cp_async_cg_16(&r.k[row][col], a.k + tok * a.k_stride + int64_t(h) * kK + col,
-                           ok ? 16 : 0);
-  }
-  const int per_row = a.g_f32 ? kK / 4 : kK / 8;  // 16-byte segments per gate row
-  for (int s = tid; s < kC * per_row; s += kPrepThreads) {
-    const int row = s / per_row, seg = s % per_row;
-    const bool ok = row < nvalid;
-    const int64_t tok = tok0 + (ok ? row : 0);
-    const char* src = static_cast<const char*>(a.g) +
-                      (tok * a.g_stride + int64_t(hv) * kK) * (a.g_f32 ? 4 : 2) + seg * 16;
-    char* dst = reinterpret_cast<char*>(&r.g[0][0]) + row * kK * (a.g_f32 ? 4 : 2) + seg * 16;
-    device::cp_async_cg_16(dst, src, ok ? 16 : 0);
+__device__ __forceinline__ void zero_tail_qkg(const PrefillArgs& a, Raw& r, int nvalid, int i) {
+  for (int row = nvalid; row < kC; ++row) {
+    r.q[row][i] = 0;
+    r.k[row][i] = 0;
+    if (a.g_f32)
+      r.g[row][i] = 0.0f;
+    else
+      reinterpret_cast<uint16_t*>(&r.g[0][0])[row * kK + i] = 0;
   }
 }
 

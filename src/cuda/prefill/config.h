@@ -107,8 +107,9 @@ struct PrepPrivate {
 };
 
 struct IntraPlan {
-  RawQKG raw;
+  RawQKG raw;  // TMA destination: 128-byte aligned rows (q at 0, k at 4 KiB, g at 8 KiB)
   PrepPrivate pp;
+  uint64_t full;  // mbarrier: the q, k, g loads landed
 };
 constexpr size_t intra_shared_bytes() { return sizeof(IntraPlan); }
 constexpr int kIntraCtasPerSm = 5;

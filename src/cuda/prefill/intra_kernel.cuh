@@ -5,7 +5,7 @@
 // Grid: (chunk slot, value head); slot s belongs to the sequence n with slot_base(n) <= s <
 // slot_base(n + 1) (binary search over cu_seqlens; slots past a sequence's last chunk exit).
 // One CTA of 4 warps (kPrepThreads) per chunk, kIntraCtasPerSm CTAs per SM; shared memory
-// IntraPlan (config.h). Reads q, k, g, beta of the chunk; writes Tb, A_qk and the row norms
+// IntraPlan (config.h). Reads q, k, g (TMA), beta of the chunk; writes Tb, A_qk and the row norms
 // (2176 B) to the workspace at chunk_ws(slot, hv), read by prefill_kernel's prepare warps.
 #pragma once
 
@@ -30,12 +30,22 @@ __global__ void __launch_bounds__(kPrepThreads, kIntraCtasPerSm)
   const int nvalid = int(eos - tok0 < kC ? eos - tok0 : kC);
   const int h = hv / a.group;
 
-  load_qkg(a, sm.raw, tok0, nvalid, h, hv, i);
-  device::cp_async_commit_group();
+  // q, k, g of the chunk by TMA (the scan's tensor maps: launch.cu make_load_maps), thread 0.
+  if (i == 0) {
+    device::mbarrier_init(&sm.full, 1);
+    device::fence_mbarrier_init();
+    const uint32_t g_bytes = a.g_f32 ? kK * 4 : kK * 2;
+    device::mbarrier_arrive_expect_tx(&sm.full, kC * (2 * kK * 2 + g_bytes));
+    device::tma_load_2d(&sm.raw.q[0][0], &a.tm_q, h * kK, int(tok0), &sm.full);
+    device::tma_load_2d(&sm.raw.k[0][0], &a.tm_k, h * kK, int(tok0), &sm.full);
+    device::tma_load_2d(&sm.raw.g[0][0], &a.tm_g, hv * kK, int(tok0), &sm.full);
+  }
   const float bias = a.dt_bias ? a.dt_bias[int64_t(hv) * kK + i] : 0.0f;
   const float A = a.A_log ? expf(a.A_log[hv]) : 1.0f;
   const float beta_raw = i < kC ? load_beta_raw(a, tok0, i, nvalid, hv) : 0.0f;
-  device::cp_async_wait_group<0>();
+  __syncthreads();  // the mbarrier is initialised before anyone waits on it
+  device::mbarrier_wait(&sm.full, 0);
+  if (nvalid < kC) zero_tail_qkg(a, sm.raw, nvalid, i);
   __syncthreads();
 
   float Gr[kC];

@@ -38,15 +38,9 @@ __device__ __forceinline__ void load_stage(const PrefillArgs& a, RawStage<kVs>& 
 template <int kVs>
 __device__ __forceinline__ void zero_tail(const PrefillArgs& a, RawStage<kVs>& r, int nvalid,
                                           int i) {
-  for (int row = nvalid; row < kC; ++row) {
-    r.q[row][i] = 0;
-    r.k[row][i] = 0;
-    if (a.g_f32)
-      r.g[row][i] = 0.0f;
-    else
-      reinterpret_cast<uint16_t*>(&r.g[0][0])[row * kK + i] = 0;
-    if (i < kVs) r.v[row][i] = 0;
-  }
+  zero_tail_qkg(a, r, nvalid, i);
+  if (i < kVs)
+    for (int row = nvalid; row < kC; ++row) r.v[row][i] = 0;
   device::fence_proxy_async_shared();
 }
 
