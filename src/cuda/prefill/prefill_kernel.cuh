@@ -148,13 +148,14 @@ __device__ __forceinline__ void prepare_job(const PrefillArgs& a, SharedPlan<kVs
     ScanStageOf<kVs>& sb = sm.scan[p];
     device::mbarrier_wait(&sm.raw_full[p][buf], (phases >> buf) & 1u);
     phases ^= 1u << buf;
-    if (nvalid_of(c) < kC) {  // the last chunk of a sequence: zeros past its end
-      zero_tail(a, raw, nvalid_of(c), i);
-      device::bar_sync(bar_prep, kPrepThreads);
-    }
+    if (nvalid_of(c) < kC) zero_tail(a, raw, nvalid_of(c), i);  // the last chunk of a sequence
 
-    float Gr[kC];  // per thread (column), nothing shared: no group barrier before the stage writes
+    float Gr[kC];  // per thread (column): its own column of g
     gate_cumsum(a, raw, nvalid_of(c), bias, A, i, Gr);
+    // The group meets before waiting for the scan: the zeros of zero_tail are visible to the
+    // group's products, and compute-sanitizer racecheck sees the scan's reads of stage p ordered
+    // before these writes (with the Empty wait alone it reports hazards on every stage write).
+    device::bar_sync(bar_prep, kPrepThreads);
     if (prepared++ > 0) device::bar_sync(kBarEmpty0 + p, kThreads);  // scan done with stage p
     scan_operands(a, raw, sb, i, Gr, kOutputs, with_u);
     // The wgmma scan reads the stage through the async proxy: order these generic writes first.
