@@ -118,7 +118,7 @@ static_assert((intra_shared_bytes() + 1024) * kIntraCtasPerSm <= 228 * 1024,
 
 // ---- scan kernel ------------------------------------------------------------------------------
 
-// One chunk of inputs, filled by cp.async (rows past the sequence end zero-filled).
+// One chunk of inputs, filled by TMA (rows past the sequence end zeroed after the loads).
 template <int kVs>
 struct RawStage {
   float tb[kC][kC];     // Tb = (I + N)^-1 diag(beta) from the workspace

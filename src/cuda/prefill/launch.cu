@@ -46,7 +46,8 @@ void check_cuda_preconditions(const ForwardParams& p, const Strides& s) {
                 "g_dtype: expected f32 or bf16, got ", to_string(p.g_dtype));
   FASTKDA_CHECK(p.beta_dtype == DType::kF32 || p.beta_dtype == DType::kBF16,
                 "beta_dtype: expected f32 or bf16, got ", to_string(p.beta_dtype));
-  // 16-byte cp.async rows: pointers 16-byte aligned and token strides multiples of 16 bytes.
+  // TMA boxes and 16-byte output rows: pointers 16-byte aligned, token strides multiples of 16
+  // bytes (cuTensorMapEncodeTiled's requirements).
   const void* ptrs[] = {p.q, p.k, p.v, p.g, p.out};
   const char* names[] = {"q", "k", "v", "g", "out"};
   for (int i = 0; i < 5; ++i)
