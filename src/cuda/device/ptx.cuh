@@ -158,6 +158,16 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
+// ---- programmatic dependent launch ----------------------------------------------------------
+// This CTA lets the next kernel of the stream (launched with programmatic stream serialization)
+// start: it is scheduled once every CTA of this grid has triggered or exited.
+__device__ __forceinline__ void griddep_launch_dependents() {
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+// Waits until the previous kernel of the stream has completed and its memory is visible (a no-op
+// without programmatic stream serialization).
+__device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+
 // ---- named barriers (id 0 is __syncthreads) --------------------------------------------------
 __device__ __forceinline__ void bar_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");

@@ -20,6 +20,9 @@ __global__ void __launch_bounds__(kPrepThreads, kIntraCtasPerSm)
   const int64_t slot = blockIdx.x;
   const int hv = blockIdx.y;
   const int i = threadIdx.x;
+  // The scan kernel may start on SMs this grid no longer fills (its CTAs set up, then wait for
+  // this grid's completion before reading the workspace: griddep_wait in prefill_kernel).
+  device::griddep_launch_dependents();
 
   const int64_t n = slot_sequence(a, slot);
   const int64_t bos = seq_begin(a, n);

@@ -257,28 +257,40 @@ Plan choose_plan(const ForwardParams& p, int64_t num_seq, int sms) {
   return plan;
 }
 
+// pdl: launched with programmatic stream serialization (right behind the intra kernel, which lets
+// it start early; prefill_kernel waits for the intra kernel's completion before reading the
+// workspace).
 template <int kVs, prefill_cuda::Pass kPass>
-void launch(const PrefillArgs& a, int64_t ctas, cudaStream_t stream) {
+void launch(const PrefillArgs& a, int64_t ctas, bool pdl, cudaStream_t stream) {
   constexpr size_t smem = prefill_cuda::shared_bytes<kVs>();
   constexpr int threads = prefill_cuda::block_threads<kVs>();
   auto* kernel = prefill_cuda::prefill_kernel<kVs, kPass>;
   FASTKDA_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  kernel<<<unsigned(ctas), threads, smem, stream>>>(a);
-  FASTKDA_CUDA_CHECK(cudaGetLastError());
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(unsigned(ctas));
+  config.blockDim = dim3(threads);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute serialization{};
+  serialization.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  serialization.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &serialization;
+  config.numAttrs = pdl ? 1 : 0;
+  FASTKDA_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, a));
 }
 
 template <prefill_cuda::Pass kPass>
-void launch_scan(const PrefillArgs& a, int64_t ctas, cudaStream_t stream) {
+void launch_scan(const PrefillArgs& a, int64_t ctas, bool pdl, cudaStream_t stream) {
   switch (a.vsplit) {
     case 1:
-      launch<128, kPass>(a, ctas, stream);
+      launch<128, kPass>(a, ctas, pdl, stream);
       break;
     case 2:
-      launch<64, kPass>(a, ctas, stream);
+      launch<64, kPass>(a, ctas, pdl, stream);
       break;
     default:
-      launch<32, kPass>(a, ctas, stream);
+      launch<32, kPass>(a, ctas, pdl, stream);
       break;
   }
 }
@@ -369,11 +381,11 @@ void prefill(const ForwardParams& p) {
   if (!plan.seg_chunks) {
     a.jobs = ctas;
     launch_scan<Pass::kWhole>(a, plan.persistent ? std::min(ctas, int64_t(plan.sms)) : ctas,
-                              stream);
+                              /*pdl=*/true, stream);
     return;
   }
   a.jobs = ctas;
-  launch_scan<Pass::kTransitions>(a, ctas, stream);
+  launch_scan<Pass::kTransitions>(a, ctas, /*pdl=*/true, stream);
   {
     constexpr size_t smem = prefill_cuda::combine_shared_bytes();
     FASTKDA_CUDA_CHECK(cudaFuncSetAttribute(
@@ -384,7 +396,7 @@ void prefill(const ForwardParams& p) {
     FASTKDA_CUDA_CHECK(cudaGetLastError());
   }
   a.jobs = ctas / 2;
-  launch_scan<Pass::kOutputs>(a, ctas / 2, stream);
+  launch_scan<Pass::kOutputs>(a, ctas / 2, /*pdl=*/false, stream);
 }
 
 }  // namespace fastkda::cuda

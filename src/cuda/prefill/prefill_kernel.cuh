@@ -272,6 +272,10 @@ __global__ void __launch_bounds__(block_threads<kVs>(), 1)
   }
   __syncthreads();  // the only CTA-wide barrier: the mbarriers exist before any load
   if (threadIdx.x < kGroups * kPrepThreads) {
+    // Launched right behind the intra kernel (programmatic stream serialization): its workspace
+    // is complete and visible only after this wait. The scan warps read no workspace; they load
+    // their start state meanwhile (written before the intra kernel started).
+    device::griddep_wait();
     const int p = threadIdx.x / kPrepThreads;
     int flat = 0, prepared = 0;
     uint32_t phases = 0;
