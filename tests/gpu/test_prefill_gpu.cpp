@@ -148,6 +148,32 @@ TEST(PrefillGpu, WorkspaceSizeAndDimsChecked) {
   }
 }
 
+// B * T >= 2^31 tokens: the TMA box coordinates of the loads are 32-bit, so forward raises an
+// error naming T before anything is launched (the buffers here are far too small for such a T:
+// any launch would read out of bounds; the workspace size is only claimed).
+TEST(PrefillGpu, TokensBeyondInt32Rejected) {
+  FASTKDA_REQUIRE_GPU();
+  Problem p(Case{});
+  DeviceInputs d(p);
+  fastkda::ForwardParams f =
+      p.params({d.q.get(), d.k.get(), d.v.get(), d.g.get(), d.beta.get(), nullptr, nullptr, nullptr,
+                nullptr, nullptr, nullptr, nullptr},
+               fastkda::Device::kCUDA);
+  DeviceBuf out(p.out_elems() * 2);
+  f.out = out.get();
+  f.B = 1, f.T = int64_t(1) << 31;
+  DeviceBuf ws(256);
+  f.workspace = ws.get();
+  f.workspace_bytes = fastkda::forward_workspace_size(f);
+  try {
+    fastkda::forward(f);
+    ADD_FAILURE() << "B * T = 2^31 on CUDA must throw";
+  } catch (const fastkda::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("T:"), std::string::npos) << e.what();
+  }
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
 // Lengths around the chunk boundaries (kC = 16) and a long one.
 TEST(PrefillGpu, LengthGrid) {
   FASTKDA_REQUIRE_GPU();
