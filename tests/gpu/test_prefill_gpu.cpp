@@ -101,16 +101,28 @@ Result check_against_oracle(const Problem& p, const char* label = "") {
   return got;
 }
 
+// Inputs and output of the default case on the GPU, no states: the parameters of the validation
+// tests (the buffers live as long as the struct).
+struct ValidationSetup {
+  Problem p{Case{}};
+  DeviceInputs d{p};
+  DeviceBuf out{p.out_elems() * 2};
+  fastkda::ForwardParams f = make();
+
+  fastkda::ForwardParams make() {
+    fastkda::ForwardParams params =
+        p.params({d.q.get(), d.k.get(), d.v.get(), d.g.get(), d.beta.get(), nullptr, nullptr,
+                  nullptr, nullptr, nullptr, nullptr, nullptr},
+                 fastkda::Device::kCUDA);
+    params.out = out.get();
+    return params;
+  }
+};
+
 TEST(PrefillGpu, WorkspaceSizeAndDimsChecked) {
   FASTKDA_REQUIRE_GPU();
-  Problem p(Case{});
-  DeviceInputs d(p);
-  fastkda::ForwardParams f =
-      p.params({d.q.get(), d.k.get(), d.v.get(), d.g.get(), d.beta.get(), nullptr, nullptr, nullptr,
-                nullptr, nullptr, nullptr, nullptr},
-               fastkda::Device::kCUDA);
-  DeviceBuf out(p.out_elems() * 2);
-  f.out = out.get();  // forward_workspace_size validates the problem first
+  ValidationSetup v;  // forward_workspace_size validates the problem first
+  fastkda::ForwardParams& f = v.f;
   // Tb, A_qk and the row norms (2176 B) per chunk slot and value head; slots = tokens / 16 + N.
   const size_t slots = size_t(f.B * f.T / 16 + f.B);
   EXPECT_EQ(fastkda::forward_workspace_size(f), (slots * f.HV * 2176 + 255) / 256 * 256);
@@ -153,14 +165,8 @@ TEST(PrefillGpu, WorkspaceSizeAndDimsChecked) {
 // any launch would read out of bounds; the workspace size is only claimed).
 TEST(PrefillGpu, TokensBeyondInt32Rejected) {
   FASTKDA_REQUIRE_GPU();
-  Problem p(Case{});
-  DeviceInputs d(p);
-  fastkda::ForwardParams f =
-      p.params({d.q.get(), d.k.get(), d.v.get(), d.g.get(), d.beta.get(), nullptr, nullptr, nullptr,
-                nullptr, nullptr, nullptr, nullptr},
-               fastkda::Device::kCUDA);
-  DeviceBuf out(p.out_elems() * 2);
-  f.out = out.get();
+  ValidationSetup v;
+  fastkda::ForwardParams& f = v.f;
   f.B = 1, f.T = int64_t(1) << 31;
   DeviceBuf ws(256);
   f.workspace = ws.get();
