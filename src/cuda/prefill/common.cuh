@@ -74,6 +74,20 @@ __device__ __forceinline__ float beta_activation(const PrefillArgs& a, float b) 
   return a.beta_act == BetaAct::kTwoSigmoid ? 2.0f * s : s;
 }
 
+// Bytes of one chunk's q, k and g rows (the transaction count of load_qkg).
+__device__ __forceinline__ uint32_t qkg_bytes(const PrefillArgs& a) {
+  return kC * (2 * kK * 2 + (a.g_f32 ? kK * 4 : kK * 2));
+}
+// The TMA loads of the kC token rows from token t of q, k (head h) and g (value head hv) into r,
+// completing on mbar (both kernels; the caller announces qkg_bytes first).
+template <class Raw>
+__device__ __forceinline__ void load_qkg(const PrefillArgs& a, Raw& r, int t, int h, int hv,
+                                         uint64_t* mbar) {
+  device::tma_load_2d(&r.q[0][0], &a.tm_q, h * kK, t, mbar);
+  device::tma_load_2d(&r.k[0][0], &a.tm_k, h * kK, t, mbar);
+  device::tma_load_2d(&r.g[0][0], &a.tm_g, hv * kK, t, mbar);
+}
+
 // Thread i, after a chunk's q, k, g rows landed (TMA loads the rows past the sequence end too,
 // from the next sequence): zeros in rows nvalid.. of column i (the products rely on them).
 template <class Raw>

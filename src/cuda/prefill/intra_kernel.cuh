@@ -37,11 +37,8 @@ __global__ void __launch_bounds__(kPrepThreads, kIntraCtasPerSm)
   if (i == 0) {
     device::mbarrier_init(&sm.full, 1);
     device::fence_mbarrier_init();
-    const uint32_t g_bytes = a.g_f32 ? kK * 4 : kK * 2;
-    device::mbarrier_arrive_expect_tx(&sm.full, kC * (2 * kK * 2 + g_bytes));
-    device::tma_load_2d(&sm.raw.q[0][0], &a.tm_q, h * kK, int(tok0), &sm.full);
-    device::tma_load_2d(&sm.raw.k[0][0], &a.tm_k, h * kK, int(tok0), &sm.full);
-    device::tma_load_2d(&sm.raw.g[0][0], &a.tm_g, hv * kK, int(tok0), &sm.full);
+    device::mbarrier_arrive_expect_tx(&sm.full, qkg_bytes(a));
+    load_qkg(a, sm.raw, int(tok0), h, hv, &sm.full);
   }
   const float bias = a.dt_bias ? a.dt_bias[int64_t(hv) * kK + i] : 0.0f;
   const float A = a.A_log ? expf(a.A_log[hv]) : 1.0f;

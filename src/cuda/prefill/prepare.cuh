@@ -19,13 +19,9 @@ namespace fastkda::prefill_cuda {
 template <int kVs>
 __device__ __forceinline__ void load_stage(const PrefillArgs& a, RawStage<kVs>& r, uint64_t* mbar,
                                            int64_t tok0, int64_t slot, int h, int hv, int v0) {
-  constexpr uint32_t kRowBytes = 2 * kK * 2 + kVs * 2;  // q, k and v of one token
-  const uint32_t g_bytes = a.g_f32 ? kK * 4 : kK * 2;
-  device::mbarrier_arrive_expect_tx(mbar, kC * (kRowBytes + g_bytes) + kWsFloats * 4);
+  device::mbarrier_arrive_expect_tx(mbar, qkg_bytes(a) + kC * kVs * 2 + kWsFloats * 4);
   const int t = int(tok0);
-  device::tma_load_2d(&r.q[0][0], &a.tm_q, h * kK, t, mbar);
-  device::tma_load_2d(&r.k[0][0], &a.tm_k, h * kK, t, mbar);
-  device::tma_load_2d(&r.g[0][0], &a.tm_g, hv * kK, t, mbar);
+  load_qkg(a, r, t, h, hv, mbar);
   device::tma_load_2d(&r.v[0][0], &a.tm_v, hv * kV + v0, t, mbar);
   static_assert(offsetof(RawStage<kVs>, tb) == 0 && (kWsFloats * 4) % 16 == 0,
                 "the workspace record is the stage's first bytes: one bulk copy");
