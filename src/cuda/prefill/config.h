@@ -65,11 +65,18 @@ constexpr int kLdPrep = kK + 4;     // kt (or G), qt, kd, ko: [kC][kLdPrep]
 constexpr int kLdScan = kK + 8;     // w, qs: [kC][kLdScan]
 constexpr int kLdTok = kC + 8;      // aqk [kC][kLdTok] (scan stage, intra PrepPrivate)
 constexpr int kLdN = kC + 4;        // nmat [kC][kLdN]
-constexpr int kLdKe2 = kC / 2 + 4;  // ke_hi / ke_lo, u32 token pairs [kK][kLdKe2]: banks 12g + t
+constexpr int kLdKe2 = kC / 2;      // ke_hi / ke_lo, u32 token pairs [kK][kLdKe2], swizzled:
 constexpr int kLdOut = 16 + 8;      // output staging, bf16 [kC][kLdOut] per scan warp (16-B rows)
 static_assert(kLdPrep % 32 == 4 && kLdScan % 32 == 8 && kLdTok % 32 == 24 && kLdN % 4 == 0 &&
-                  kLdKe2 == 12,
+                  kLdKe2 == 8,
               "fragment-load bank layout");
+// Column of token pair c of key row `key` in ke_hi / ke_lo: the two 16-byte halves of a row swap
+// for keys with bit 2 set, so that the scan's fragment loads (rows 8j + g, pairs t and t + 4: banks
+// 8 (g mod 4) + (t ^ 4 [g >= 4])) and the prepare's 16-byte row stores are both conflict-free
+// without padding (the unpadded rows save 4 KiB per stage).
+__host__ __device__ constexpr int ke_col(int key, int c) { return c ^ (((key >> 2) & 1) << 2); }
+static_assert(ke_col(3, 1) == 1 && ke_col(4, 1) == 5 && ke_col(12, 6) == 2 && ke_col(8, 6) == 6,
+              "ke swizzle");
 
 // Barrier ids of the scan kernel (0 is __syncthreads, 1 left unused); at most 3 groups.
 enum Barrier : int {

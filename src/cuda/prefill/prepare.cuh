@@ -157,8 +157,8 @@ __device__ __forceinline__ void scan_operands(const PrefillArgs& a, const RawSta
       *reinterpret_cast<uint4*>(sb.ke_hi + wg_ke_offset(i, 2 * p)) = hi;
       *reinterpret_cast<uint4*>(sb.ke_lo + wg_ke_offset(i, 2 * p)) = lo;
     } else {
-      *reinterpret_cast<uint4*>(&sb.ke_hi[i][p]) = hi;
-      *reinterpret_cast<uint4*>(&sb.ke_lo[i][p]) = lo;
+      *reinterpret_cast<uint4*>(&sb.ke_hi[i][ke_col(i, p)]) = hi;
+      *reinterpret_cast<uint4*>(&sb.ke_lo[i][ke_col(i, p)]) = lo;
     }
   }
   sb.decay[i] = ex2_approx(g15);

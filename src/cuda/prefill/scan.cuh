@@ -179,14 +179,15 @@ __device__ __forceinline__ void scan_chunk(const PrefillArgs& a, const ScanStage
   // as they are (row g / g + 8, tokens 2t, 2t + 1 and 8 + 2t, 8 + 2t + 1).
   uint32_t vh[4], vl[4];
   split_vnew(vn[0], vh, vl);
+  const int p0 = ke_col(g, t), p1 = ke_col(g, t + 4);  // the swizzle of rows 8j + g (config.h)
 #pragma unroll
   for (int j = 0; j < kK / 8; ++j) {
     decay_tile(S[j], sb.decay, j, t);
     const uint32_t* kh = sb.ke_hi[8 * j + g];
     const uint32_t* kl = sb.ke_lo[8 * j + g];
-    device::mma_m16n8k16_bf16(S[j], vl, kh[t], kh[t + 4]);
-    device::mma_m16n8k16_bf16(S[j], vh, kl[t], kl[t + 4]);
-    device::mma_m16n8k16_bf16(S[j], vh, kh[t], kh[t + 4]);
+    device::mma_m16n8k16_bf16(S[j], vl, kh[p0], kh[p1]);
+    device::mma_m16n8k16_bf16(S[j], vh, kl[p0], kl[p1]);
+    device::mma_m16n8k16_bf16(S[j], vh, kh[p0], kh[p1]);
   }
 }
 
