@@ -40,13 +40,15 @@ constexpr size_t kSegBytes = kSegFloats * sizeof(float);
 
 // Prepare groups in the scan kernel: each alternates chunks with the others (group p: chunks
 // p, p + G, ...), owns two raw stages (next chunk loads while it works) and one scan stage.
-// kVs = 128: two groups + 8 scan warps = 512 threads (128 registers each). kVs = 64, 32: three
-// groups + one scan warpgroup (4 or 2 scan warps; at kVs = 32 its last 2 warps exit at once) =
-// 512 threads, with the registers moved by setmaxnreg: 112 per prepare thread, 176 per scan
-// thread (3 x 128 x 112 + 128 x 176 = 65536). Session 5 measured three groups at kVs = 32 under
-// a flat 128-register cap 20 % slower (the scan warps' chain then cannot hoist its fragment
-// loads); session 6's reading is that the step is bound by the latency of a chunk's preparation
-// over the chunks in flight, which a third group shortens by a third.
+// kVs = 128: two groups + 8 scan warps = 512 threads; kVs = 64, 32: three groups + one scan
+// warpgroup (4 or 2 scan warps; at kVs = 32 its last 2 warps exit at once) = 512 threads. In both
+// setmaxnreg moves registers from the prepare warpgroups (112 each: ptxas needs ~100 there) to the
+// scan warpgroups: 176 at kVs = 64 / 32 (3 x 128 x 112 + 128 x 176 = 65536), 144 at kVs = 128
+// (2 x 128 x 112 + 2 x 128 x 144; the wgmma scan loop 398 -> 359 SASS instructions, no spill).
+// Session 5 measured three groups at kVs = 32 under a flat 128-register cap 20 % slower (the scan
+// warps' chain then cannot hoist its fragment loads); session 6's reading is that the step is
+// bound by the latency of a chunk's preparation over the chunks in flight, which a third group
+// shortens by a third.
 template <int kVs>
 constexpr int prep_groups() {
   return kVs == 128 ? 2 : 3;
@@ -60,16 +62,17 @@ template <int kVs>
 constexpr int block_threads() {
   return prep_groups<kVs>() * kPrepThreads + scan_threads_padded<kVs>();
 }
-// setmaxnreg budgets (0: not used): prepare and scan threads.
+// setmaxnreg budgets: prepare and scan threads.
 template <int kVs>
 constexpr int prep_regs() {
-  return kVs == 128 ? 0 : 112;
+  return 112;
 }
 template <int kVs>
 constexpr int scan_regs() {
-  return kVs == 128 ? 0 : 176;
+  return kVs == 128 ? 144 : 176;
 }
-static_assert(3 * 128 * 112 + 128 * 176 <= 65536, "register file");
+static_assert(3 * 128 * 112 + 128 * 176 <= 65536 && 2 * 128 * 112 + 2 * 128 * 144 <= 65536,
+              "register file");
 
 // Largest exponent span (log2) the anchored MMA form of the diagonal blocks may use; rows whose
 // decay inside their 8-row block exceeds it are recomputed with exact pairwise exponentials.

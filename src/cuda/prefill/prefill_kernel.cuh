@@ -272,7 +272,7 @@ __global__ void __launch_bounds__(block_threads<kVs>(), 1)
   }
   __syncthreads();  // the only CTA-wide barrier: the mbarriers exist before any load
   if (threadIdx.x < kGroups * kPrepThreads) {
-    if constexpr (prep_regs<kVs>() > 0) device::setmaxnreg_dec<prep_regs<kVs>()>();
+    device::setmaxnreg_dec<prep_regs<kVs>()>();
     // Launched right behind the intra kernel (programmatic stream serialization): its workspace
     // is complete and visible only after this wait. The scan warps read no workspace; they load
     // their start state meanwhile (written before the intra kernel started).
@@ -288,7 +288,7 @@ __global__ void __launch_bounds__(block_threads<kVs>(), 1)
       flat += job.c1 - job.c0;
     }
   } else {
-    if constexpr (scan_regs<kVs>() > 0) device::setmaxnreg_inc<scan_regs<kVs>()>();
+    device::setmaxnreg_inc<scan_regs<kVs>()>();
     if ((threadIdx.x >> 5) - kPrepWarps * kGroups >= kVs / 16) return;  // warpgroup padding
     // Chunks of all of this CTA's jobs (one job per CTA: known from that job, no extra pass).
     int total = -1;
