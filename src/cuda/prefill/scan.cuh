@@ -194,8 +194,9 @@ __device__ __forceinline__ void scan_chunk(const PrefillArgs& a, const ScanStage
 // The same chunk on wgmma (kVs = 128): the 4 warps of a warpgroup own 64 value rows, each warp's
 // registers exactly as in scan_chunk (the wgmma accumulator and A layouts are the mma.sync ones);
 // B operands come from the WgScanStage layouts (config.h) through descriptors. The A registers of
-// a wgmma must stay untouched until it completes, so V_new^T and O^T run in 4 batches of 4 key
-// tiles (16 registers of A per batch). The state update's wgmma reads ke from the stage: it is
+// a wgmma must stay untouched until it completes, so V_new^T and O^T run in 2 batches of 8 key
+// tiles (32 registers of A per batch: within the scan warpgroups' 144 registers, no spill; under
+// the earlier flat 128-register cap it was 4 batches of 4). The state update's wgmma reads ke from the stage: it is
 // waited for before returning, so the caller may release the stage.
 template <int kVs, bool kOut>
 __device__ __forceinline__ void scan_chunk_wg(const PrefillArgs& a, const WgScanStage<kVs>& sb,
@@ -224,7 +225,7 @@ __device__ __forceinline__ void scan_chunk_wg(const PrefillArgs& a, const WgScan
   // One k step of 8 keys is 2 core matrices = 256 bytes = 16 in the descriptor's address field.
   const device::SmemDesc desc_w = smem_desc_noswizzle(sb.w, kWgLbo, kWgSboKeys);
   wgmma_fence_operands(acc16);
-  constexpr int kBatch = 4;
+  constexpr int kBatch = 8;
 #pragma unroll
   for (int b = 0; b < kK / 8; b += kBatch) {
     uint32_t af[kBatch][4];
