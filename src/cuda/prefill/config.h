@@ -53,10 +53,32 @@ template <int kVs>
 constexpr int prep_groups() {
   return kVs == 128 ? 2 : 3;
 }
-// Scan threads: kVs / 16 warps, rounded up to whole warpgroups (setmaxnreg acts per warpgroup).
+// Key split of the mma.sync scan: at kVs = 32 the scan warpgroup's 4 warps own 16 value rows x 64
+// keys of S^T each (a pair of warps per 16 value rows, one per key half), instead of 2 warps with
+// all 128 keys and 2 idle ones: each warp's chain per chunk is half as long (V_new / O partials over
+// its keys, 16 + 16 MMAs, and 24 of the state update's 48), at the cost of one exchange of the
+// partials through shared memory per chunk (KeySplitExchange). kVs = 64 and 128 have no idle warps.
+template <int kVs>
+constexpr int key_split() {
+  return kVs == 32 ? 2 : 1;
+}
+template <int kVs>
+constexpr int scan_warps() {
+  return kVs / 16 * key_split<kVs>();
+}
+// Scan threads: scan_warps warps, rounded up to whole warpgroups (setmaxnreg acts per warpgroup).
 template <int kVs>
 constexpr int scan_threads_padded() {
   return kVs == 128 ? 2 * kVs : 128;
+}
+static_assert(scan_warps<32>() * 32 == scan_threads_padded<32>() &&
+                  scan_warps<64>() * 32 == scan_threads_padded<64>() &&
+                  scan_warps<128>() * 32 == scan_threads_padded<128>(),
+              "every scan warp has work");
+// Threads of a stage hand-off barrier: one prepare group and the scan warps.
+template <int kVs>
+constexpr int handoff_threads() {
+  return kPrepThreads + 32 * scan_warps<kVs>();
 }
 template <int kVs>
 constexpr int block_threads() {
@@ -104,8 +126,10 @@ enum Barrier : int {
   kBarFull0 = 2,   // scan stage s filled: kBarFull0 + s
   kBarEmpty0 = 5,  // scan stage s consumed: kBarEmpty0 + s
   kBarPrep0 = 8,   // prepare group p among itself: kBarPrep0 + p
+  kBarPair0 = 11,  // key split: the two warps of value rows 16 p .. 16 p + 15: kBarPair0 + p
 };
-static_assert(prep_groups<32>() <= 3 && prep_groups<64>() <= 3 && prep_groups<128>() <= 3,
+static_assert(prep_groups<32>() <= 3 && prep_groups<64>() <= 3 && prep_groups<128>() <= 3 &&
+                  kBarPair0 + 32 / 16 <= 16,
               "barrier ids");
 
 // ---- intra kernel (one CTA of kPrepThreads per chunk and value head) --------------------------
@@ -217,11 +241,22 @@ struct WgScanStage {
 template <int kVs>
 using ScanStageOf = std::conditional_t<uses_wgmma<kVs>(), WgScanStage<kVs>, ScanStage<kVs>>;
 
+// Key split (key_split<kVs>() == 2): each warp's V_new^T and O^T partials over its 64 keys (two
+// token tiles each, 16 floats per lane as 4 float4 in lane order: conflict-free), per pair of
+// warps, per chunk parity (the write of chunk f + 2 comes after the pair barrier of chunk f + 1,
+// which the partner reaches after its reads of chunk f), per key half.
+template <int kVs>
+struct KeySplitExchange {
+  float4 x[kVs / 16][2][2][4][32];  // [pair][parity][key half][quad][lane]
+};
+struct NoExchange {};
+
 template <int kVs>
 struct SharedPlan {
   RawStage<kVs> raw[prep_groups<kVs>()][2];   // group p: its chunks alternate raw[p][0], [p][1]
   ScanStageOf<kVs> scan[prep_groups<kVs>()];  // chunk c in scan[c % groups]
-  uint16_t ostage[kVs / 16][kC][kLdOut];  // per scan warp: bf16 output tile before 16-B stores
+  uint16_t ostage[scan_warps<kVs>()][kC][kLdOut];  // per scan warp: bf16 output tile, 16-B stores
+  std::conditional_t<(key_split<kVs>() > 1), KeySplitExchange<kVs>, NoExchange> xch;
   uint64_t raw_full[prep_groups<kVs>()][2];  // mbarriers: the TMA loads into raw[p][b] landed
 };
 

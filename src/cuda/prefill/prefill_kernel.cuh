@@ -119,7 +119,7 @@ __device__ __forceinline__ void prepare_job(const PrefillArgs& a, SharedPlan<kVs
                                             const ScanJob& job, int first, int& prepared,
                                             uint32_t& phases) {
   constexpr int kGroups = prep_groups<kVs>();
-  constexpr int kThreads = kPrepThreads + 2 * kVs;  // one prepare group + the scan warps
+  constexpr int kThreads = handoff_threads<kVs>();  // one prepare group + the scan warps
   const int i = threadIdx.x - p * kPrepThreads;     // key column owned in the gate scan
   const int hv = job.hv, v0 = job.v0, c1 = job.c1;
   const int64_t bos = job.bos, eos = job.eos;
@@ -185,6 +185,15 @@ __device__ __forceinline__ int64_t boundary_base(const PrefillArgs& a, int64_t n
   return rows;
 }
 
+// The key-split exchange of the warp pair owning value rows 16 p .. 16 p + 15 (null without it).
+template <int kVs>
+__device__ __forceinline__ float4 (*key_exchange(SharedPlan<kVs>& sm, int p))[2][4][32] {
+  if constexpr (key_split<kVs>() > 1)
+    return sm.xch.x[p];
+  else
+    return nullptr;
+}
+
 // The scan of one job: chunk f of the CTA's sequence of chunks (prepare_job) is read from stage
 // f % kGroups and released if a later chunk (f + kGroups < total) will be written there
 // (total < 0: this job is the CTA's only one).
@@ -193,18 +202,21 @@ __device__ __forceinline__ void scan_job(const PrefillArgs& a, SharedPlan<kVs>& 
                                          const ScanJob& job, int& flat, int total) {
   if (total < 0) total = flat + job.c1 - job.c0;  // the CTA's only job
   constexpr int kGroups = prep_groups<kVs>();
-  constexpr int kThreads = kPrepThreads + 2 * kVs;  // one prepare group + the scan warps
+  constexpr int kThreads = handoff_threads<kVs>();  // one prepare group + the scan warps
+  constexpr int kSplit = key_split<kVs>();
   const int ws = (threadIdx.x >> 5) - kPrepWarps * kGroups;
-  const int vc = 16 * ws;         // this warp's first row inside the CTA's slice
-  const int row = job.row0 + vc;  // ... inside S^T
+  const int vc = 16 * (ws % (kVs / 16));  // this warp's first row inside the CTA's slice
+  const int row = job.row0 + vc;          // ... inside S^T
+  const int kh = ws / (kVs / 16);         // its key half (key split), else 0
+  const int k0 = kh * (kK / kSplit);      // its first key
   const int hv = job.hv, c1 = job.c1;
   const int64_t bos = job.bos, eos = job.eos;
   constexpr bool kOutputs = kPass != Pass::kTransitions;
   const bool with_u = !job.transition;
   const int64_t matrix = int64_t(kK) * kV;
 
-  float S[kK / 8][4];
-  load_state(job.init, job.transition, row, S);
+  float S[kK / 8 / kSplit][4];
+  load_state(job.init, job.transition, row, k0, S);
   // wgmma: S is an accumulator from here on; defined in uniform code, so that ptxas need not
   // serialise the wgmma chain around the (data-dependent) loads above.
   if constexpr (uses_wgmma<kVs>()) device::wgmma_fence_operands(reinterpret_cast<float(&)[64]>(S));
@@ -233,7 +245,7 @@ __device__ __forceinline__ void scan_job(const PrefillArgs& a, SharedPlan<kVs>& 
       const StateRef dst{
           bnd + int64_t(c / kBoundaryChunks) * a.HV * matrix * (a.boundary_f32 ? 4 : 2),
           a.boundary_f32, a.k_first};
-      store_state(dst, row, S);
+      store_state(dst, row, k0, S);
     }
     const int c_next = (c / kBoundaryChunks + 1) * kBoundaryChunks;
     const int c_end = c_next < c1 ? c_next : c1;
@@ -247,12 +259,13 @@ __device__ __forceinline__ void scan_job(const PrefillArgs& a, SharedPlan<kVs>& 
       if constexpr (uses_wgmma<kVs>())
         scan_chunk_wg<kVs, kOutputs>(a, sm.scan[st], sm.ostage[ws], S, vc, out_c, nvalid, with_u);
       else
-        scan_chunk<kVs, kOutputs>(a, sm.scan[st], sm.ostage[ws], S, vc, out_c, nvalid, with_u);
+        scan_chunk<kVs, kOutputs>(a, sm.scan[st], sm.ostage[ws], S, vc, out_c, nvalid, with_u, kh,
+                                  key_exchange(sm, vc / 16), flat & 1);
       if (flat + kGroups < total) device::bar_arrive(kBarEmpty0 + st, kThreads);
     }
   }
 
-  if (job.end.ptr) store_state(job.end, row, S);
+  if (job.end.ptr) store_state(job.end, row, k0, S);
 }
 
 // One instantiation per pass, so that the unsplit scan carries none of the split-T branches.
@@ -289,7 +302,7 @@ __global__ void __launch_bounds__(block_threads<kVs>(), 1)
     }
   } else {
     device::setmaxnreg_inc<scan_regs<kVs>()>();
-    if ((threadIdx.x >> 5) - kPrepWarps * kGroups >= kVs / 16) return;  // warpgroup padding
+    if ((threadIdx.x >> 5) - kPrepWarps * kGroups >= scan_warps<kVs>()) return;  // padding
     // Chunks of all of this CTA's jobs (one job per CTA: known from that job, no extra pass).
     int total = -1;
     if (stride < a.jobs) {

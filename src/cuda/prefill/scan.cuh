@@ -46,28 +46,31 @@ struct StateRef {
 };
 
 // Loads this warp's 16 rows of S^T starting at row `row` (a value row; a key row of the identity
-// for the transition rows of the split-T scan).
-__device__ __forceinline__ void load_state(StateRef src, bool identity, int row,
-                                           float (&S)[kK / 8][4]) {
+// for the transition rows of the split-T scan), keys k0 .. k0 + 8 kTilesK - 1.
+template <int kTilesK>
+__device__ __forceinline__ void load_state(StateRef src, bool identity, int row, int k0,
+                                           float (&S)[kTilesK][4]) {
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 #pragma unroll
-  for (int j = 0; j < kK / 8; ++j)
+  for (int j = 0; j < kTilesK; ++j)
 #pragma unroll
     for (int f = 0; f < 4; ++f) {
-      const int v = row + g + (f >= 2 ? 8 : 0), key = 8 * j + 2 * t + (f & 1);
+      const int v = row + g + (f >= 2 ? 8 : 0), key = k0 + 8 * j + 2 * t + (f & 1);
       S[j][f] = src.ptr ? load_f32_or_bf16(src.ptr, src.f32, state_elem(src.k_first, v, key))
                         : (identity && v == key ? 1.0f : 0.0f);
     }
 }
 
-__device__ __forceinline__ void store_state(StateRef dst, int row, const float (&S)[kK / 8][4]) {
+template <int kTilesK>
+__device__ __forceinline__ void store_state(StateRef dst, int row, int k0,
+                                            const float (&S)[kTilesK][4]) {
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   void* base = const_cast<void*>(dst.ptr);
 #pragma unroll
-  for (int j = 0; j < kK / 8; ++j)
+  for (int j = 0; j < kTilesK; ++j)
 #pragma unroll
     for (int f = 0; f < 4; ++f) {
-      const int v = row + g + (f >= 2 ? 8 : 0), key = 8 * j + 2 * t + (f & 1);
+      const int v = row + g + (f >= 2 ? 8 : 0), key = k0 + 8 * j + 2 * t + (f & 1);
       const int64_t off = state_elem(dst.k_first, v, key);
       if (dst.f32)
         static_cast<float*>(base)[off] = S[j][f];
@@ -98,10 +101,11 @@ __device__ __forceinline__ void decay_tile(float (&s)[4], const float* decay, in
 }
 
 // O^T (this warp's 16 value rows x 16 tokens, m16n8 accumulators) -> bf16 staging [token][value]
-// -> 16-byte stores of the valid token rows.
+// -> 16-byte stores of the valid token rows (with the key split: of token tile `only` alone, the
+// partner warp stores the other).
 __device__ __forceinline__ void store_out_tile(const PrefillArgs& a, uint16_t (&ostage)[kC][kLdOut],
                                                const float (&o)[kC / 8][4], uint16_t* out_rows,
-                                               int nvalid) {
+                                               int nvalid, int only = -1) {
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   __syncwarp();
 #pragma unroll
@@ -113,7 +117,7 @@ __device__ __forceinline__ void store_out_tile(const PrefillArgs& a, uint16_t (&
     }
   __syncwarp();
   const int tok = lane >> 1, half = lane & 1;
-  if (tok < nvalid)
+  if (tok < nvalid && (only < 0 || tok / 8 == only))
     *reinterpret_cast<uint4*>(out_rows + tok * a.out_stride + 8 * half) =
         *reinterpret_cast<const uint4*>(&ostage[tok][8 * half]);
 }
@@ -122,44 +126,81 @@ __device__ __forceinline__ void store_out_tile(const PrefillArgs& a, uint16_t (&
 // kOut, O^T goes to `ostage` (bf16) and from there to out with 16-byte stores (valid rows only);
 // without (the split-T transition pass) only V_new and the state update run. Without with_u,
 // U = 0 (the identity rows of a transition).
+// Key split (key_split<kVs>() == 2, config.h): the warp holds keys 64 kh .. 64 kh + 63 of its rows
+// (S: 8 tiles); the V_new^T and O^T partials over them are exchanged with the partner warp (the
+// other key half) through `xch` (parity = chunk parity) and summed in key-half order, so both
+// warps hold the same V_new^T (each updates its own keys) and O^T (each stores one token tile).
 template <int kVs, bool kOut>
 __device__ __forceinline__ void scan_chunk(const PrefillArgs& a, const ScanStage<kVs>& sb,
-                                           uint16_t (&ostage)[kC][kLdOut], float (&S)[kK / 8][4],
-                                           int vc, uint16_t* out_rows, int nvalid, bool with_u) {
+                                           uint16_t (&ostage)[kC][kLdOut],
+                                           float (&S)[kK / 8 / key_split<kVs>()][4], int vc,
+                                           uint16_t* out_rows, int nvalid, bool with_u, int kh,
+                                           float4 (*xch)[2][4][32], int parity) {
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  constexpr int kSplit = key_split<kVs>();
+  constexpr int kTilesK = kK / 8 / kSplit;  // key tiles of this warp
+  const int j0 = kh * kTilesK;              // its first key tile
   constexpr int kTiles = kC / 8;            // token tiles per chunk
   float vn[2][kTiles][4], o[2][kTiles][4];  // [even/odd k-step partial][token tile][fragment]
+  float u[kTiles][4];
 #pragma unroll
   for (int m = 0; m < kTiles; ++m) {
-    vn[0][m][0] = with_u ? sb.u[8 * m + 2 * t][vc + g] : 0.0f;
-    vn[0][m][1] = with_u ? sb.u[8 * m + 2 * t + 1][vc + g] : 0.0f;
-    vn[0][m][2] = with_u ? sb.u[8 * m + 2 * t][vc + g + 8] : 0.0f;
-    vn[0][m][3] = with_u ? sb.u[8 * m + 2 * t + 1][vc + g + 8] : 0.0f;
+    u[m][0] = with_u ? sb.u[8 * m + 2 * t][vc + g] : 0.0f;
+    u[m][1] = with_u ? sb.u[8 * m + 2 * t + 1][vc + g] : 0.0f;
+    u[m][2] = with_u ? sb.u[8 * m + 2 * t][vc + g + 8] : 0.0f;
+    u[m][3] = with_u ? sb.u[8 * m + 2 * t + 1][vc + g + 8] : 0.0f;
 #pragma unroll
-    for (int f = 0; f < 4; ++f) vn[1][m][f] = o[0][m][f] = o[1][m][f] = 0.0f;
+    for (int f = 0; f < 4; ++f) {
+      vn[0][m][f] = kSplit == 1 ? u[m][f] : 0.0f;  // the key split adds U after the exchange
+      vn[1][m][f] = o[0][m][f] = o[1][m][f] = 0.0f;
+    }
   }
   // V_new^T = U^T - S^T W^T and the inter-chunk part of O^T, sharing the S^T fragments.
 #pragma unroll
-  for (int j = 0; j < kK / 8; ++j) {
+  for (int j = 0; j < kTilesK; ++j) {
     uint32_t af[4];
     acc_to_a(S[j], af);
+    const int key = 8 * (j0 + j) + 2 * t;
 #pragma unroll
     for (int m = 0; m < kTiles; ++m) {
-      mma_f2(vn[j & 1][m], af, *reinterpret_cast<const float2*>(&sb.w[8 * m + g][8 * j + 2 * t]));
+      mma_f2(vn[j & 1][m], af, *reinterpret_cast<const float2*>(&sb.w[8 * m + g][key]));
       if constexpr (kOut)
-        mma_f2(o[j & 1][m], af, *reinterpret_cast<const float2*>(&sb.qs[8 * m + g][8 * j + 2 * t]));
+        mma_f2(o[j & 1][m], af, *reinterpret_cast<const float2*>(&sb.qs[8 * m + g][key]));
     }
   }
-  uint32_t av[kTiles][4];
 #pragma unroll
-  for (int m = 0; m < kTiles; ++m) {
+  for (int m = 0; m < kTiles; ++m)
 #pragma unroll
     for (int f = 0; f < 4; ++f) {
       vn[0][m][f] += vn[1][m][f];
       o[0][m][f] += o[1][m][f];
     }
-    acc_to_a(vn[0][m], av[m]);
+  if constexpr (kSplit == 2) {
+    // This warp's partials out, the partner's in (one pair barrier), summed in key-half order.
+    float4* mine = xch[parity][kh][0] + lane;
+    const float4* other = xch[parity][kh ^ 1][0] + lane;
+#pragma unroll
+    for (int m = 0; m < kTiles; ++m) {
+      mine[32 * m] = make_float4(vn[0][m][0], vn[0][m][1], vn[0][m][2], vn[0][m][3]);
+      mine[32 * (kTiles + m)] = make_float4(o[0][m][0], o[0][m][1], o[0][m][2], o[0][m][3]);
+    }
+    device::bar_sync(kBarPair0 + vc / 16, 64);
+#pragma unroll
+    for (int m = 0; m < kTiles; ++m) {
+      const float4 pv = other[32 * m], po = other[32 * (kTiles + m)];
+      const float ov[4] = {pv.x, pv.y, pv.z, pv.w}, oo[4] = {po.x, po.y, po.z, po.w};
+#pragma unroll
+      for (int f = 0; f < 4; ++f) {
+        const float v0 = kh == 0 ? vn[0][m][f] : ov[f], v1 = kh == 0 ? ov[f] : vn[0][m][f];
+        const float o0 = kh == 0 ? o[0][m][f] : oo[f], o1 = kh == 0 ? oo[f] : o[0][m][f];
+        vn[0][m][f] = (u[m][f] + v0) + v1;
+        o[0][m][f] = o0 + o1;
+      }
+    }
   }
+  uint32_t av[kTiles][4];
+#pragma unroll
+  for (int m = 0; m < kTiles; ++m) acc_to_a(vn[0][m], av[m]);
   if constexpr (kOut) {
     // Intra-chunk part of O^T: V_new^T A_qk^T (A_qk lower triangular: skip tiles above it).
 #pragma unroll
@@ -169,7 +210,7 @@ __device__ __forceinline__ void scan_chunk(const PrefillArgs& a, const ScanStage
         mma_f2(o[0][m], av[mk],
                *reinterpret_cast<const float2*>(&sb.aqk[8 * m + g][8 * mk + 2 * t]));
 
-    store_out_tile(a, ostage, o[0], out_rows, nvalid);
+    store_out_tile(a, ostage, o[0], out_rows, nvalid, kSplit == 2 ? kh : -1);
   }
 
   // S^T = S^T diag(decay) + V_new^T ke with split-bf16 operands (hi.hi + hi.lo + lo.hi, ~16
@@ -181,13 +222,13 @@ __device__ __forceinline__ void scan_chunk(const PrefillArgs& a, const ScanStage
   split_vnew(vn[0], vh, vl);
   const int p0 = ke_col(g, t), p1 = ke_col(g, t + 4);  // the swizzle of rows 8j + g (config.h)
 #pragma unroll
-  for (int j = 0; j < kK / 8; ++j) {
-    decay_tile(S[j], sb.decay, j, t);
-    const uint32_t* kh = sb.ke_hi[8 * j + g];
-    const uint32_t* kl = sb.ke_lo[8 * j + g];
-    device::mma_m16n8k16_bf16(S[j], vl, kh[p0], kh[p1]);
-    device::mma_m16n8k16_bf16(S[j], vh, kl[p0], kl[p1]);
-    device::mma_m16n8k16_bf16(S[j], vh, kh[p0], kh[p1]);
+  for (int j = 0; j < kTilesK; ++j) {
+    decay_tile(S[j], sb.decay, j0 + j, t);
+    const uint32_t* kh_row = sb.ke_hi[8 * (j0 + j) + g];
+    const uint32_t* kl_row = sb.ke_lo[8 * (j0 + j) + g];
+    device::mma_m16n8k16_bf16(S[j], vl, kh_row[p0], kh_row[p1]);
+    device::mma_m16n8k16_bf16(S[j], vh, kl_row[p0], kl_row[p1]);
+    device::mma_m16n8k16_bf16(S[j], vh, kh_row[p0], kh_row[p1]);
   }
 }
 
