@@ -91,9 +91,9 @@ __device__ __forceinline__ void split_vnew(const float (&vn)[kC / 8][4], uint32_
   device::split_bf16x2(vn[1][2], vn[1][3], vh[3], vl[3]);
 }
 
-// Key tile j of this warp's S^T rows times diag(2^G_C) (the thread's keys 8j + 2t, 8j + 2t + 1).
-__device__ __forceinline__ void decay_tile(float (&s)[4], const float* decay, int j, int t) {
-  const float2 d = *reinterpret_cast<const float2*>(&decay[8 * j + 2 * t]);
+// A key tile of this warp's S^T rows times diag(2^G_C): d = the decays of the thread's keys
+// 8j + 2t, 8j + 2t + 1.
+__device__ __forceinline__ void decay_tile(float (&s)[4], float2 d) {
   s[0] *= d.x;
   s[1] *= d.y;
   s[2] *= d.x;
@@ -175,6 +175,31 @@ __device__ __forceinline__ void scan_chunk(const PrefillArgs& a, const ScanStage
       vn[0][m][f] += vn[1][m][f];
       o[0][m][f] += o[1][m][f];
     }
+  // Key split: every stage operand still to be read (A_qk, the decays and ke of the warp's keys) is
+  // loaded before the pair barrier. Read after it, compute-sanitizer racecheck reports them as
+  // racing with the prepare's writes of the stage's next chunk (ordered by the scan's Empty arrive
+  // after these reads and the prepare's Empty wait before its writes), as it did for session 2's
+  // key split; with the loads before the barrier it reports none.
+  constexpr int kLate = kSplit == 2 ? kTilesK : 1;
+  float2 aq[kTiles * (kTiles + 1) / 2], dec[kLate];
+  uint32_t keh[kLate][2], kel[kLate][2];
+  if constexpr (kSplit == 2) {
+    const int p0 = ke_col(g, t), p1 = ke_col(g, t + 4);
+#pragma unroll
+    for (int j = 0; j < kTilesK; ++j) {
+      dec[j] = *reinterpret_cast<const float2*>(&sb.decay[8 * (j0 + j) + 2 * t]);
+      const uint32_t* kh_row = sb.ke_hi[8 * (j0 + j) + g];
+      const uint32_t* kl_row = sb.ke_lo[8 * (j0 + j) + g];
+      keh[j][0] = kh_row[p0], keh[j][1] = kh_row[p1];
+      kel[j][0] = kl_row[p0], kel[j][1] = kl_row[p1];
+    }
+    if constexpr (kOut)
+#pragma unroll
+      for (int m = 0, e = 0; m < kTiles; ++m)
+#pragma unroll
+        for (int mk = 0; mk <= m; ++mk, ++e)
+          aq[e] = *reinterpret_cast<const float2*>(&sb.aqk[8 * m + g][8 * mk + 2 * t]);
+  }
   if constexpr (kSplit == 2) {
     // This warp's partials out, the partner's in (one pair barrier), summed in key-half order.
     float4* mine = xch[parity][kh][0] + lane;
@@ -204,11 +229,12 @@ __device__ __forceinline__ void scan_chunk(const PrefillArgs& a, const ScanStage
   if constexpr (kOut) {
     // Intra-chunk part of O^T: V_new^T A_qk^T (A_qk lower triangular: skip tiles above it).
 #pragma unroll
-    for (int m = 0; m < kTiles; ++m)
+    for (int m = 0, e = 0; m < kTiles; ++m)
 #pragma unroll
-      for (int mk = 0; mk <= m; ++mk)
+      for (int mk = 0; mk <= m; ++mk, ++e)
         mma_f2(o[0][m], av[mk],
-               *reinterpret_cast<const float2*>(&sb.aqk[8 * m + g][8 * mk + 2 * t]));
+               kSplit == 2 ? aq[e]
+                           : *reinterpret_cast<const float2*>(&sb.aqk[8 * m + g][8 * mk + 2 * t]));
 
     store_out_tile(a, ostage, o[0], out_rows, nvalid, kSplit == 2 ? kh : -1);
   }
@@ -223,12 +249,19 @@ __device__ __forceinline__ void scan_chunk(const PrefillArgs& a, const ScanStage
   const int p0 = ke_col(g, t), p1 = ke_col(g, t + 4);  // the swizzle of rows 8j + g (config.h)
 #pragma unroll
   for (int j = 0; j < kTilesK; ++j) {
-    decay_tile(S[j], sb.decay, j0 + j, t);
-    const uint32_t* kh_row = sb.ke_hi[8 * (j0 + j) + g];
-    const uint32_t* kl_row = sb.ke_lo[8 * (j0 + j) + g];
-    device::mma_m16n8k16_bf16(S[j], vl, kh_row[p0], kh_row[p1]);
-    device::mma_m16n8k16_bf16(S[j], vh, kl_row[p0], kl_row[p1]);
-    device::mma_m16n8k16_bf16(S[j], vh, kh_row[p0], kh_row[p1]);
+    if constexpr (kSplit == 2) {
+      decay_tile(S[j], dec[j]);
+      device::mma_m16n8k16_bf16(S[j], vl, keh[j][0], keh[j][1]);
+      device::mma_m16n8k16_bf16(S[j], vh, kel[j][0], kel[j][1]);
+      device::mma_m16n8k16_bf16(S[j], vh, keh[j][0], keh[j][1]);
+    } else {
+      decay_tile(S[j], *reinterpret_cast<const float2*>(&sb.decay[8 * j + 2 * t]));
+      const uint32_t* kh_row = sb.ke_hi[8 * j + g];
+      const uint32_t* kl_row = sb.ke_lo[8 * j + g];
+      device::mma_m16n8k16_bf16(S[j], vl, kh_row[p0], kh_row[p1]);
+      device::mma_m16n8k16_bf16(S[j], vh, kl_row[p0], kl_row[p1]);
+      device::mma_m16n8k16_bf16(S[j], vh, kh_row[p0], kh_row[p1]);
+    }
   }
 }
 
@@ -309,7 +342,8 @@ __device__ __forceinline__ void scan_chunk_wg(const PrefillArgs& a, const WgScan
   uint32_t vh[4], vl[4];
   split_vnew(vn, vh, vl);
 #pragma unroll
-  for (int j = 0; j < kK / 8; ++j) decay_tile(S[j], sb.decay, j, t);
+  for (int j = 0; j < kK / 8; ++j)
+    decay_tile(S[j], *reinterpret_cast<const float2*>(&sb.decay[8 * j + 2 * t]));
   const device::SmemDesc desc_kh = smem_desc_noswizzle(sb.ke_hi, kWgLbo, kWgSboKe);
   const device::SmemDesc desc_kl = smem_desc_noswizzle(sb.ke_lo, kWgLbo, kWgSboKe);
   wgmma_fence_operands(S64);
