@@ -13,7 +13,9 @@
 //                  qs, ke, decay, W = Tb (k^ . 2^G), U = Tb v (split-bf16 MMA)
 //                  -> ScanStage scan[c % G]                                      (prepare.cuh)
 //   warps 4G..     scan: state S^T stationary in registers (f32), per chunk two tf32 products
-//                  (V_new, O) and the split-bf16 state update; output staged and stored to `out`
+//                  (V_new, O) and the split-bf16 state update; output staged and stored to `out`;
+//                  16 value rows per warp (at kVs = 32 two warps per 16 rows, one per key half,
+//                  exchanging their V_new / O partials on kBarPair0 + p: key_split, config.h)
 //                                                                                (scan.cuh)
 // Hand-off: named barriers kBarFull0 + s (prepare arrives, scan waits) and kBarEmpty0 + s (scan
 // arrives, prepare waits) per stage s; a prepare group syncs on kBarPrep0 + p.
