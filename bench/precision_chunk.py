@@ -20,7 +20,8 @@ Products (S is the K x V state, f32 between chunks; C tokens per chunk):
     S    = 2^(G_C) . S + (k^ . 2^(G_C - G))^T V_new              mode "su"
 Modes: "f32" (operands f32), "tf32" (round to nearest away, 10 mantissa bits), "tf32_bt" (the
 right operand, the scan's register operand S or V_new, truncated instead: raw f32 bits), "bf16",
-"bf16x3" (split hi + lo bf16: hi.hi + hi.lo + lo.hi), "bf16x2" (A split, B bf16). Split-T
+"bf16x3" (split hi + lo bf16: hi.hi + hi.lo + lo.hi), "bf16x2" (A split, B bf16). "reassoc" /
+"ks": V_new = U - Tb (kw S) instead of U - W S (chunk_step). Split-T
 (segments run independently, then combined; see chunked()): modes "combine" and "fix".
 
     python bench/precision_chunk.py [--T 1024] [--seed 0]
@@ -153,14 +154,21 @@ def chunk_operands(q, k, v, a, beta, scale, c0, n, modes):
     U = mm(Tb, vc, modes["wu"])
     qs = f(scale) * qc * np.exp(G)
     ke = kc * np.exp(G[-1] - G)
-    return W, U, qs, Aqk, ke, np.exp(G[-1])
+    return W, U, qs, Aqk, ke, np.exp(G[-1]), Tb, kw, vc
 
 
 def chunk_step(S, ops, modes):
-    """One chunk of the scan on state S (K x columns): returns (out rows, next S)."""
+    """One chunk of the scan on state S (K x columns): returns (out rows, next S). With mode
+    "reassoc" (the products' order of a scan that forms W S as Tb (kw S), so that the prepare
+    needs no W): V_new = U - Tb (kw S), kw S in mode "ks" and Tb times it in mode "reassoc"."""
     f = np.float32
-    W, U, qs, Aqk, ke, dC = ops
-    Vn = (U - mm(W, S, modes["ws"])).astype(f)
+    W, U, qs, Aqk, ke, dC, Tb, kw, ops_v = ops
+    if modes.get("reassoc_v"):  # V_new = Tb (v - kw S): no W and no U in the prepare
+        Vn = mm(Tb, (ops_v - mm(kw, S, modes["ks"])).astype(f), modes["reassoc_v"]).astype(f)
+    elif "reassoc" in modes:
+        Vn = (U - mm(Tb, mm(kw, S, modes["ks"]), modes["reassoc"])).astype(f)
+    else:
+        Vn = (U - mm(W, S, modes["ws"])).astype(f)
     o = mm(qs, S, modes["qs"]) + mm(Aqk, Vn, modes["av"])
     return o, (dC[:, None] * S + mm(ke.T, Vn, modes["su"])).astype(f)
 
@@ -190,9 +198,10 @@ def chunked(q, k, v, a, beta, S0, scale, C, modes, seg=0):
         aug = np.hstack([np.zeros((K, V), f), np.eye(K, dtype=f)])
         o_aug = []
         for c0, n in chunks[s0 : s0 + per]:
-            W, U, qs, Aqk, ke, dC = chunk_operands(q, k, v, a, beta, scale, c0, n, modes)
+            W, U, qs, Aqk, ke, dC, Tb, kw, vv = chunk_operands(q, k, v, a, beta, scale, c0, n, modes)
             U_aug = np.hstack([U, np.zeros((n, K), f)])
-            o, aug = chunk_step(aug, (W, U_aug, qs, Aqk, ke, dC), modes)
+            v_aug = np.hstack([vv, np.zeros((n, K), f)])
+            o, aug = chunk_step(aug, (W, U_aug, qs, Aqk, ke, dC, Tb, kw, v_aug), modes)
             o_aug.append((c0, n, o))
         for c0, n, o in o_aug:  # pass 3 for this segment, now that S_in is known
             out[c0 : c0 + n] = o[:, :V] + mm(o[:, V:], S_in, modes.get("fix", "f32"))
@@ -254,6 +263,18 @@ CONFIGS = {  # name: (C, modes[, split-T segment tokens])
         16,
         {**KEPT, "ws": "tf32_bt", "qs": "tf32_bt", "av": "tf32_bt"},
     ),
+    "C16 kept, V_new = U - Tb (kw S): kw S tf32, Tb (.) tf32": (
+        16,
+        {**KEPT, "ks": "tf32", "reassoc": "tf32"},
+    ),
+    "C16 kept, V_new = U - Tb (kw S): kw S tf32, Tb (.) bf16x3": (
+        16,
+        {**KEPT, "ks": "tf32", "reassoc": "bf16x3"},
+    ),
+    "C16 kept, V_new = Tb (v - kw S): kw S tf32, Tb (.) bf16x3": (
+        16,
+        {**KEPT, "ks": "tf32", "reassoc_v": "bf16x3"},
+    ),
     "C64 same precisions": (64, KEPT),
     "C64 same, Tb by 16-blocks, tf32 products": (64, {**KEPT, "solve": "tf32"}),
     "C64 same, Tb by 16-blocks, bf16x3 products": (64, {**KEPT, "solve": "bf16x3"}),
@@ -284,9 +305,17 @@ SEED_CONFIGS = {
         {**KEPT, "ws": "tf32_bt", "qs": "tf32_bt", "av": "tf32_bt", "floor2": 128},
     ),
     "C16 kept, W.S bf16x3": (16, {**KEPT, "ws": "bf16x3"}),
+    "C16 kept, V_new = U - Tb (kw S): kw S tf32, Tb (.) bf16x3": (
+        16,
+        {**KEPT, "ks": "tf32", "reassoc": "bf16x3"},
+    ),
     "C16 kept, intra (A', A_qk) f32": (16, {**KEPT, "intra": "f32"}),
     "C16 kept, W.S bf16x3, intra f32": (16, {**KEPT, "ws": "bf16x3", "intra": "f32"}),
     "C16 kept, log2 decay per token >= -128": (16, {**KEPT, "floor2": 128}),
+    "C16 kept, floor -128, V_new = Tb (v - kw S), Tb (.) bf16x3": (
+        16,
+        {**KEPT, "floor2": 128, "ks": "tf32", "reassoc_v": "bf16x3"},
+    ),
     "C16 kept, log2 decay per token >= -64": (16, {**KEPT, "floor2": 64}),
     "C64 kept, log2 decay per token >= -128": (64, {**KEPT, "floor2": 128}),
 }
@@ -314,6 +343,7 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--seeds", type=int, default=0, help="> 0: final-state error over seeds")
     ap.add_argument("--case", default="softplus -1000 test", help="the case of --seeds")
+    ap.add_argument("--only", default="", help="run only the configs whose name contains this")
     args = ap.parse_args()
     scale = K**-0.5
     if args.seeds:
@@ -338,6 +368,8 @@ def main():
         + " |"
     )
     for name, (C, modes, *seg) in CONFIGS.items():
+        if args.only and args.only not in name:
+            continue
         cells = []
         for cname in cases:
             x, ref, _ = data[cname]
