@@ -95,7 +95,14 @@ template <int kVs>
 constexpr int scan_regs() {
   return kVs == 128 ? 144 : 176;
 }
-static_assert(3 * 128 * 112 + 128 * 176 <= 65536 && 2 * 128 * 112 + 2 * 128 * 144 <= 65536,
+// Registers of a CTA after setmaxnreg: within the 64 K of the SM (one CTA per SM).
+template <int kVs>
+constexpr bool fits_register_file() {
+  return prep_groups<kVs>() * kPrepThreads * prep_regs<kVs>() +
+             scan_threads_padded<kVs>() * scan_regs<kVs>() <=
+         65536;
+}
+static_assert(fits_register_file<32>() && fits_register_file<64>() && fits_register_file<128>(),
               "register file");
 
 // Largest exponent span (log2) the anchored MMA form of the diagonal blocks may use; rows whose

@@ -380,13 +380,12 @@ void prefill(const ForwardParams& p) {
                                  smem, stream>>>(a);
     FASTKDA_CUDA_CHECK(cudaGetLastError());
   }
+  a.jobs = ctas;
   if (!plan.seg_chunks) {
-    a.jobs = ctas;
     launch_scan<Pass::kWhole>(a, plan.persistent ? std::min(ctas, int64_t(plan.sms)) : ctas,
                               /*pdl=*/true, stream);
     return;
   }
-  a.jobs = ctas;
   launch_scan<Pass::kTransitions>(a, ctas, /*pdl=*/true, stream);
   {
     constexpr size_t smem = prefill_cuda::combine_shared_bytes();
