@@ -27,10 +27,11 @@ namespace {
 using namespace fastkda::device;
 
 // B of the tf32 test: 16 tokens (n) x 128 keys (k); core matrix (n / 8, k / 4) at
-// (n / 8) * 4096 + (k / 4) * 128 bytes: K-adjacent core matrices 128 bytes apart, N-adjacent 4096.
-constexpr uint32_t kTf32Lbo = 128, kTf32Sbo = 4096;
+// (n / 8) * sbo + (k / 4) * lbo bytes: K-adjacent core matrices lbo bytes apart (128: dense; 144:
+// the padded layout of the scan's W / qs, config.h kWgLboKeys), N-adjacent sbo = 32 lbo.
+template <uint32_t kLbo>
 __host__ __device__ constexpr int tf32_b_offset(int n, int k) {  // in floats
-  return ((n / 8) * kTf32Sbo + (k / 4) * kTf32Lbo) / 4 + (n % 8) * 4 + k % 4;
+  return ((n / 8) * 32 * kLbo + (k / 4) * kLbo) / 4 + (n % 8) * 4 + k % 4;
 }
 // B of the bf16 test: 128 keys (n) x 16 tokens (k); core matrix (n / 8, k / 8) at
 // (n / 8) * 256 + (k / 8) * 128 bytes.
@@ -68,12 +69,13 @@ __device__ void bf16_a_fragment(const uint16_t* a, uint32_t (&af)[4]) {
 }
 
 // a: 64 x 128 f32 (row-major), b: N x 128 f32 ([n][k]); d: 64 x N (N = 16 or 32).
-template <int N>
+template <int N, uint32_t kLbo>
 __global__ void tf32_kernel(const float* a, const float* b, float* d, bool swap) {
-  __shared__ __align__(128) float sb[N / 8 * kTf32Sbo / 4];
+  constexpr uint32_t kSbo = 32 * kLbo;
+  __shared__ __align__(128) float sb[N / 8 * kSbo / 4];
   for (int i = threadIdx.x; i < N * 128; i += 128) {
     const int n = i / 128, k = i % 128;
-    sb[tf32_b_offset(n, k)] = __uint_as_float(cvt_rna_tf32(b[i]));
+    sb[tf32_b_offset<kLbo>(n, k)] = __uint_as_float(cvt_rna_tf32(b[i]));
   }
   fence_proxy_async_shared();
   __syncthreads();
@@ -87,8 +89,8 @@ __global__ void tf32_kernel(const float* a, const float* b, float* d, bool swap)
         cvt_rna_tf32(a[r0 * 128 + 8 * j + t]), cvt_rna_tf32(a[r1 * 128 + 8 * j + t]),
         cvt_rna_tf32(a[r0 * 128 + 8 * j + t + 4]), cvt_rna_tf32(a[r1 * 128 + 8 * j + t + 4])};
     const SmemDesc desc =
-        swap ? smem_desc_noswizzle(&sb[tf32_b_offset(0, 8 * j)], kTf32Sbo, kTf32Lbo)
-             : smem_desc_noswizzle(&sb[tf32_b_offset(0, 8 * j)], kTf32Lbo, kTf32Sbo);
+        swap ? smem_desc_noswizzle(&sb[tf32_b_offset<kLbo>(0, 8 * j)], kSbo, kLbo)
+             : smem_desc_noswizzle(&sb[tf32_b_offset<kLbo>(0, 8 * j)], kLbo, kSbo);
     if constexpr (N == 16)
       wgmma_m64n16k8_tf32_rs(acc, af, desc, true);
     else
@@ -128,12 +130,12 @@ __global__ void bf16_kernel(const uint16_t* a, const uint16_t* b, float* d, bool
 __global__ void chain_kernel(const uint16_t* a, const uint16_t* b, const float* w, float* s_out,
                              float* d) {
   __shared__ __align__(128) uint16_t sb[16 * kBf16Sbo / 2];
-  __shared__ __align__(128) float sw[2 * kTf32Sbo / 4];
+  __shared__ __align__(128) float sw[2 * 32 * 128 / 4];
   fill_bf16_b(sb, b);
   for (int i = threadIdx.x; i < 16 * 128; i += 128) {
     const int n = i / 128, key = i % 128, q = key % 8;
     const int slot = 8 * (key / 8) + (q % 2 == 0 ? q / 2 : 4 + q / 2);
-    sw[tf32_b_offset(n, slot)] = w[i];  // raw f32: the hardware reads its tf32 part (truncation)
+    sw[tf32_b_offset<128>(n, slot)] = w[i];  // raw f32: the hardware reads its tf32 part (truncation)
   }
   fence_proxy_async_shared();
   __syncthreads();
@@ -158,7 +160,7 @@ __global__ void chain_kernel(const uint16_t* a, const uint16_t* b, const float* 
   wgmma_fence();
   for (int j = 0; j < 16; ++j)
     wgmma_m64n16k8_tf32_rs(
-        V, af[j], smem_desc_noswizzle(&sw[tf32_b_offset(0, 8 * j)], kTf32Lbo, kTf32Sbo), true);
+        V, af[j], smem_desc_noswizzle(&sw[tf32_b_offset<128>(0, 8 * j)], 128, 32 * 128), true);
   wgmma_commit_group();
   wgmma_wait_group<0>();
   wgmma_fence_operands(V);
@@ -210,7 +212,7 @@ T* to_device(const std::vector<T>& h) {
   return p;
 }
 
-template <int N>
+template <int N, uint32_t kLbo = 128>
 void tf32_chain_test() {
   std::mt19937_64 rng(fastkda_gpu_test::fresh_seed());
   std::normal_distribution<float> normal(0.f, 1.f);
@@ -227,13 +229,13 @@ void tf32_chain_test() {
   auto run = [&](bool swap) {
     std::vector<float> d(ref.size(), NAN);
     cudaMemset(dd, 0xff, ref.size() * 4);
-    tf32_kernel<N><<<1, 128>>>(da, db, dd, swap);
+    tf32_kernel<N, kLbo><<<1, 128>>>(da, db, dd, swap);
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     cudaMemcpy(d.data(), dd, d.size() * 4, cudaMemcpyDeviceToHost);
     return rms_rel(d, ref);
   };
   const double e = run(false);
-  std::printf("[wgmma] tf32 m64n%dk8 x 16: rms_rel %g\n", N, e);
+  std::printf("[wgmma] tf32 m64n%dk8 x 16, lbo %u: rms_rel %g\n", N, kLbo, e);
   if (!(e <= 1e-6)) std::printf("[wgmma] with lbo / sbo swapped: rms_rel %g\n", run(true));
   EXPECT_LE(e, 1e-6) << "register or shared-memory layout of wgmma m64n" << N << "k8 tf32 differs";
   cudaFree(da), cudaFree(db), cudaFree(dd);
@@ -248,6 +250,13 @@ TEST(WgmmaGpu, Tf32M64N16K8ChainedOverK128) {
 TEST(WgmmaGpu, Tf32M64N32K8ChainedOverK128) {
   if (!fastkda_gpu_test::have_gpu()) GTEST_SKIP() << "no CUDA device";
   tf32_chain_test<32>();
+}
+
+// The scan's W / qs layout: K-adjacent core matrices 144 bytes apart (16 bytes of padding after
+// each, so that the prepare's stores are free of bank conflicts; config.h kWgLboKeys).
+TEST(WgmmaGpu, Tf32M64N32K8PaddedLbo) {
+  if (!fastkda_gpu_test::have_gpu()) GTEST_SKIP() << "no CUDA device";
+  tf32_chain_test<32, 144>();
 }
 
 TEST(WgmmaGpu, Bf16M64N128K16) {

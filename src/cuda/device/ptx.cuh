@@ -113,6 +113,16 @@ __device__ __forceinline__ void tma_load_2d(void* smem_dst, const void* tmap, in
       "l"(tmap), "r"(c0), "r"(c1), "r"(static_cast<uint32_t>(__cvta_generic_to_shared(mbar)))
       : "memory");
 }
+// The same for a 3-D box at (c0 inner, c1, c2 outer).
+__device__ __forceinline__ void tma_load_3d(void* smem_dst, const void* tmap, int c0, int c1,
+                                            int c2, uint64_t* mbar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst))),
+      "l"(tmap), "r"(c0), "r"(c1), "r"(c2),
+      "r"(static_cast<uint32_t>(__cvta_generic_to_shared(mbar)))
+      : "memory");
+}
 // `bytes` contiguous bytes global -> shared (16-byte aligned, a multiple of 16), on `mbar`.
 __device__ __forceinline__ void bulk_load(void* smem_dst, const void* gmem_src, uint32_t bytes,
                                           uint64_t* mbar) {

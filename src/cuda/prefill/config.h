@@ -115,6 +115,11 @@ constexpr float kMaxAnchorSpan = 100.0f;
 //  - float2 fragment loads (row g, cols 2t, 2t+1) need ld = 8 (mod 32) within a half warp.
 constexpr int kLdPrep = kK + 4;     // kt (or G), qt, kd, ko: [kC][kLdPrep]
 constexpr int kLdScan = kK + 8;     // w, qs: [kC][kLdScan]
+constexpr int kLdVt = kC / 2 + 4;   // wgmma stage v^T rows (u32): the prepare's 16-byte stores
+                                    // (rows 48 bytes apart) and the scan's A loads (banks 12g + t)
+                                    // without conflicts
+constexpr int kLdTb = kC + 8;       // wgmma stage Tb rows: the scan's float2 B loads (rows g, pairs
+                                    // t: banks 24g + 2t, disjoint per half-warp)
 constexpr int kLdTok = kC + 8;      // aqk [kC][kLdTok] (scan stage, intra PrepPrivate)
 constexpr int kLdN = kC + 4;        // nmat [kC][kLdN]
 constexpr int kLdKe2 = kC / 2;      // ke_hi / ke_lo, u32 token pairs [kK][kLdKe2], swizzled:
@@ -187,7 +192,7 @@ struct RawStage {
   float rq[kC], rk[kC];  // 1 / ||q||, 1 / ||k|| per row (1 without l2norm), from the workspace
   uint16_t q[kC][kK];   // bf16
   uint16_t k[kC][kK];   // bf16
-  uint16_t v[kC][kVs];  // bf16, this CTA's value columns
+  uint16_t v[kC * kVs];  // bf16, this CTA's value columns: element v_index<kVs>(row, col)
   float g[kC][kK];      // f32 gate; a bf16 gate uses the first half as uint16_t [kC][kK]
 };
 
@@ -215,18 +220,54 @@ constexpr bool uses_wgmma() {
   // vs 1.237 ms), so kVs = 64 and 32 keep mma.sync.
   return kVs == 128;
 }
-constexpr uint32_t kWgLbo = 128;           // K-adjacent core matrices (every B below)
-constexpr uint32_t kWgSboKeys = 128 * 32;  // W, qs: N = 16 tokens, K = 128 keys (32 tf32 groups)
+// RawStage::v at kVs = 64 / 32 in blocks of 8 columns, [kVs / 8][kC][8], as a 3-D TMA box lands
+// them (launch.cu tensor_map, blocks8): the U products' B fragments (rows 2t, 2t + 1, column g of
+// a block) fall in banks 8t + g / 2 (+ 4) instead of 4-way conflicts. At kVs = 128 the prepare
+// forms no U; its v^T copy (copy_tb_vt: thread = column, one row at a time) is conflict-free in
+// row-major order and 4-way conflicted in blocks, so v stays row-major there.
+template <int kVs>
+constexpr bool v_in_blocks() {
+  return !uses_wgmma<kVs>();
+}
+template <int kVs>
+__host__ __device__ constexpr int v_index(int row, int col) {
+  if constexpr (v_in_blocks<kVs>()) return (col / 8) * (kC * 8) + row * 8 + col % 8;
+  return row * kVs + col;
+}
+constexpr uint32_t kWgLbo = 128;  // K-adjacent core matrices (A_qk^T, ke)
+// W and qs: K-adjacent core matrices 144 bytes apart (16 bytes of padding each), so that the
+// prepare's stores of qs (thread = key, one token row at a time: 32 keys of one row in 8 core
+// matrices) fall in 32 different banks; at 128 bytes they fell in 4 (8-way conflicts: 27 % of the
+// prepare's shared-memory wavefronts at kVs = 128, Nsight Compute, session 7). The W stores
+// (lane = (token g, key pair t)) stay conflict-free.
+constexpr uint32_t kWgLboKeys = 144;
+constexpr uint32_t kWgSboKeys = kWgLboKeys * 32;  // W, qs: N = 16 tokens, K = 128 keys (32 groups)
 constexpr uint32_t kWgSboTok = 128 * 4;    // A_qk^T: N = 16 tokens, K = 16 tokens (tf32)
 constexpr uint32_t kWgSboKe = 128 * 2;     // ke: N = 128 keys, K = 16 tokens (bf16)
 __host__ __device__ constexpr int wg_slot(int k) {
   return (k & ~7) + ((k & 1) ? 4 + ((k & 7) >> 1) : (k & 7) >> 1);
 }
 // Byte offsets of element (n, k) in the three layouts.
-__host__ __device__ constexpr int wg_tf32_offset(int n, int k, uint32_t sbo) {
+__host__ __device__ constexpr int wg_tf32_offset(int n, int k, uint32_t sbo, uint32_t lbo = kWgLbo) {
   const int s = wg_slot(k);
-  return int((n / 8) * sbo) + (s / 4) * 128 + (n % 8) * 16 + (s % 4) * 4;
+  return int((n / 8) * sbo + (s / 4) * lbo) + (n % 8) * 16 + (s % 4) * 4;
 }
+// Banks of the qs stores (32 consecutive keys of one token row) and of the W stores (tokens g,
+// keys 2t + {0, 1} of one 8-key group), as 4-byte words mod 32: all different.
+constexpr bool wg_keys_conflict_free() {
+  for (int row = 0; row < 16; ++row)
+    for (int f = 0; f < 2; ++f) {
+      unsigned qs = 0, w = 0;
+      for (int lane = 0; lane < 32; ++lane) {
+        qs |= 1u << ((wg_tf32_offset(row, 32 + lane, kWgSboKeys, kWgLboKeys) / 4) % 32);
+        w |= 1u << ((wg_tf32_offset(lane / 4 + 8 * (row & 1), 8 * (row / 2) + 2 * (lane % 4) + f,
+                                    kWgSboKeys, kWgLboKeys) / 4) % 32);
+      }
+      if (qs != ~0u || w != ~0u) return false;
+    }
+  return true;
+}
+static_assert(wg_keys_conflict_free(), "W / qs stores of the wgmma stage without bank conflicts");
 __host__ __device__ constexpr int wg_ke_offset(int key, int tok) {
   return int((key / 8) * kWgSboKe) + (tok / 8) * 128 + (key % 8) * 16 + (tok % 8) * 2;
 }
@@ -237,15 +278,19 @@ static_assert(wg_slot(0) == 0 && wg_slot(1) == 4 && wg_slot(6) == 3 && wg_slot(1
 // What the wgmma scan consumes for one chunk (byte layouts above).
 template <int kVs>
 struct WgScanStage {
-  alignas(128) unsigned char w[kC * kK * 4];      // -W (tf32 operand bits): n = token, k = key
-  alignas(128) unsigned char qs[kC * kK * 4];     // scale q^ . 2^G, the same layout, right after
+  alignas(128) unsigned char w[2 * kWgSboKeys];   // kw = k^ . 2^G (tf32 operand bits): n = token,
+                                                  // k = key
+  alignas(128) unsigned char qs[2 * kWgSboKeys];  // scale q^ . 2^G, the same layout, right after
                                                   // w: tokens 16..31 of one N = 32 operand
   alignas(128) unsigned char ke_hi[kK * kC * 2];  // ke: n = key, k = token, bf16 hi
   alignas(128) unsigned char ke_lo[kK * kC * 2];  //   and lo
   alignas(128) unsigned char aqk[kC * kC * 4];    // A_qk^T: n = token r, k = source token s
-  float kw[kC][kLdScan];                          // k^ . 2^G (f32 rows): tb_products' input
-  float u[kC][kVs + 4];                           // U = Tb v  (f32, accumulator init)
-  float decay[kK];                                // 2^G_C
+  // V_new^T = (v^T - (S^T kw^T)) Tb^T is formed by the scan warps (scan_chunk_wg), which wait for
+  // the prepare ~44 % of the time at kVs = 128 (Nsight Compute, session 7): the prepare writes kw
+  // (into `w`, as a tf32 operand) and copies v^T and Tb, and forms neither W nor U.
+  uint32_t vt[kVs][kLdVt];  // v^T, bf16 token pairs: vt[col][p] = v[2p][col] | v[2p + 1][col] << 16
+  float tb[kC][kLdTb];      // Tb (f32)
+  float decay[kK];          // 2^G_C
 };
 template <int kVs>
 using ScanStageOf = std::conditional_t<uses_wgmma<kVs>(), WgScanStage<kVs>, ScanStage<kVs>>;

@@ -82,25 +82,34 @@ EncodeTiled encode_tiled() {
 
 // TMA descriptor of a row-major [rows, cols] tensor with `stride` elements per row (a multiple
 // of 16 bytes, checked by check_cuda_preconditions), read in boxes of box_rows x box_cols; rows
-// past the tensor read as zeros.
+// past the tensor read as zeros. With `blocks8`, the box lands in shared memory as blocks of 8
+// columns, [box_cols / 8][box_rows][8] (a 3-D map: 8 columns, rows, column blocks 16 bytes
+// apart), so that a warp reading one column of several rows hits different banks.
 CUtensorMap tensor_map(const void* base, CUtensorMapDataType type, int elem_bytes, int64_t rows,
-                       int64_t cols, int64_t stride, int box_cols, int box_rows) {
+                       int64_t cols, int64_t stride, int box_cols, int box_rows,
+                       bool blocks8 = false) {
   CUtensorMap m;
-  const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
-  const cuuint64_t strides[1] = {cuuint64_t(stride) * cuuint64_t(elem_bytes)};
-  const cuuint32_t box[2] = {cuuint32_t(box_cols), cuuint32_t(box_rows)};
-  const cuuint32_t steps[2] = {1, 1};
-  const CUresult r = encode_tiled()(&m, type, 2, const_cast<void*>(base), dims, strides, box,
-                                    steps, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                    CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const cuuint64_t row_bytes = cuuint64_t(stride) * cuuint64_t(elem_bytes);
+  const cuuint64_t dims2[2] = {cuuint64_t(cols), cuuint64_t(rows)};
+  const cuuint64_t dims3[3] = {8, cuuint64_t(rows), cuuint64_t(cols / 8)};
+  const cuuint64_t strides2[1] = {row_bytes};
+  const cuuint64_t strides3[2] = {row_bytes, cuuint64_t(8 * elem_bytes)};
+  const cuuint32_t box2[2] = {cuuint32_t(box_cols), cuuint32_t(box_rows)};
+  const cuuint32_t box3[3] = {8, cuuint32_t(box_rows), cuuint32_t(box_cols / 8)};
+  const cuuint32_t steps[3] = {1, 1, 1};
+  const CUresult r = encode_tiled()(
+      &m, type, blocks8 ? 3 : 2, const_cast<void*>(base), blocks8 ? dims3 : dims2,
+      blocks8 ? strides3 : strides2, blocks8 ? box3 : box2, steps, CU_TENSOR_MAP_INTERLEAVE_NONE,
+      CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   FASTKDA_CHECK(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled: error ", int(r), " for a [", rows,
-                ", ", cols, "] tensor with a row stride of ", stride, " elements");
+                ", ", cols, "] tensor with a row stride of ", stride, " elements",
+                blocks8 ? " (as blocks of 8 columns)" : "");
   return m;
 }
 
 // The scan kernel's loads (prepare.cuh load_stage): q, k, g rows of kK columns, this CTA's kVs
-// value columns of v, kC token rows per box.
+// value columns of v (at kVs = 64 / 32 in blocks of 8 columns: v_in_blocks), kC token rows per box.
 void make_load_maps(const ForwardParams& p, const Strides& s, int vsplit, PrefillArgs& a) {
   const int64_t rows = p.B * p.T;
   if (rows <= 0) return;  // nothing is loaded
@@ -111,7 +120,11 @@ void make_load_maps(const ForwardParams& p, const Strides& s, int vsplit, Prefil
   const auto bf16 = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
   a.tm_q = tensor_map(p.q, bf16, 2, rows, int64_t(p.H) * kK, s.q, kK, kC);
   a.tm_k = tensor_map(p.k, bf16, 2, rows, int64_t(p.H) * kK, s.k, kK, kC);
-  a.tm_v = tensor_map(p.v, bf16, 2, rows, int64_t(p.HV) * kV, s.v, kV / vsplit, kC);
+  using prefill_cuda::v_in_blocks;
+  const bool v_blocks = vsplit == 1   ? v_in_blocks<kV>()
+                        : vsplit == 2 ? v_in_blocks<kV / 2>()
+                                      : v_in_blocks<kV / 4>();
+  a.tm_v = tensor_map(p.v, bf16, 2, rows, int64_t(p.HV) * kV, s.v, kV / vsplit, kC, v_blocks);
   const bool g_f32 = p.g_dtype == DType::kF32;
   a.tm_g = tensor_map(p.g, g_f32 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32 : bf16, g_f32 ? 4 : 2, rows,
                       int64_t(p.HV) * kK, s.g, kK, kC);

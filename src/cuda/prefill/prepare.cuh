@@ -22,7 +22,10 @@ __device__ __forceinline__ void load_stage(const PrefillArgs& a, RawStage<kVs>& 
   device::mbarrier_arrive_expect_tx(mbar, qkg_bytes(a) + kC * kVs * 2 + kWsFloats * 4);
   const int t = int(tok0);
   load_qkg(a, r, t, h, hv, mbar);
-  device::tma_load_2d(&r.v[0][0], &a.tm_v, hv * kV + v0, t, mbar);
+  if constexpr (v_in_blocks<kVs>())
+    device::tma_load_3d(&r.v[0], &a.tm_v, 0, t, (hv * kV + v0) / 8, mbar);
+  else
+    device::tma_load_2d(&r.v[0], &a.tm_v, hv * kV + v0, t, mbar);
   static_assert(offsetof(RawStage<kVs>, tb) == 0 && (kWsFloats * 4) % 16 == 0,
                 "the workspace record is the stage's first bytes: one bulk copy");
   device::bulk_load(&r.tb[0][0], chunk_ws(a, slot, hv), kWsFloats * 4, mbar);
@@ -36,29 +39,62 @@ __device__ __forceinline__ void zero_tail(const PrefillArgs& a, RawStage<kVs>& r
                                           int i) {
   zero_tail_qkg(a, r, nvalid, i);
   if (i < kVs)
-    for (int row = nvalid; row < kC; ++row) r.v[row][i] = 0;
+    for (int row = nvalid; row < kC; ++row) r.v[v_index<kVs>(row, i)] = 0;
   device::fence_proxy_async_shared();
 }
 
-// The f32 rows of kw = k^ . 2^G: their own buffer in the wgmma stage, the -W buffer (overwritten
-// in place by tb_products) in the mma.sync stage.
+// U = Tb v for one warp of the group (mma.sync stages): its kVs / 4 value columns.
 template <int kVs>
-__device__ __forceinline__ auto& kw_rows(ScanStageOf<kVs>& sb) {
-  if constexpr (uses_wgmma<kVs>())
-    return sb.kw;
-  else
-    return sb.w;
+__device__ __forceinline__ void tb_u_products(const RawStage<kVs>& r, ScanStage<kVs>& sb, int warp,
+                                              const uint32_t (&ah)[4], const uint32_t (&al)[4]) {
+  using device::mma_m16n8k16_bf16;
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  constexpr int kTilesU = kVs / 32;  // n-tiles of 8 value columns per warp (4 warps)
+#pragma unroll
+  for (int nt = 0; nt < kTilesU; ++nt) {
+    const int col = warp * (kVs / 4) + 8 * nt;
+    auto pair = [&](int row) {  // tokens row, row + 1 of column col + g: banks 8t + g / 2 (+4)
+      return uint32_t(r.v[v_index<kVs>(row, col + g)]) |
+             (uint32_t(r.v[v_index<kVs>(row + 1, col + g)]) << 16);
+    };
+    const uint32_t b0 = pair(2 * t), b1 = pair(2 * t + 8);
+    float u[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    mma_m16n8k16_bf16(u, al, b0, b1);
+    mma_m16n8k16_bf16(u, ah, b0, b1);
+    *reinterpret_cast<float2*>(&sb.u[g][col + 2 * t]) = make_float2(u[0], u[1]);
+    *reinterpret_cast<float2*>(&sb.u[g + 8][col + 2 * t]) = make_float2(u[2], u[3]);
+  }
 }
 
-// -W = -Tb kw and U = Tb v for one warp of the group: its 32 key columns of W (kw in sb.w on entry,
-// replaced in place) and its kVs / 4 value columns of U. Split-bf16 mma.sync (m16n8k16: the chunk's
-// 16 tokens are one k step): Tb = hi + lo and kw = hi + lo to ~16 significant bits, v is exact in
-// bf16. Tb is lower triangular with exact zeros above the diagonal, so row r of W and U takes
-// nothing from later rows (0 x finite adds +0): causal bit for bit.
+// The wgmma stage (kVs = 128): Tb and v^T (bf16 token pairs; thread = value column,
+// kPrepThreads == kVs) copied for the scan warps, which form V_new^T = (v^T - S^T kw^T) Tb^T
+// themselves (scan_chunk_wg): the prepare forms neither W nor U there. Transition rows (no U)
+// take Tb only.
 template <int kVs>
-__device__ __forceinline__ void tb_products(const RawStage<kVs>& r, ScanStageOf<kVs>& sb, int warp,
+__device__ __forceinline__ void copy_tb_vt(const RawStage<kVs>& r, WgScanStage<kVs>& sb, int col,
+                                           bool with_u) {
+  static_assert(kVs == kPrepThreads, "one prepare thread per value column");
+#pragma unroll
+  for (int e = col; e < kC * kC; e += kPrepThreads) sb.tb[e / kC][e % kC] = r.tb[e / kC][e % kC];
+  if (!with_u) return;
+  uint32_t p[kC / 2];
+#pragma unroll
+  for (int q = 0; q < kC / 2; ++q)
+    p[q] = uint32_t(r.v[v_index<kVs>(2 * q, col)]) |
+           (uint32_t(r.v[v_index<kVs>(2 * q + 1, col)]) << 16);
+  *reinterpret_cast<uint4*>(&sb.vt[col][0]) = make_uint4(p[0], p[1], p[2], p[3]);
+  *reinterpret_cast<uint4*>(&sb.vt[col][4]) = make_uint4(p[4], p[5], p[6], p[7]);
+}
+
+// -W = -Tb kw and U = Tb v for one warp of the group (mma.sync stages): its 32 key columns of W
+// (kw in sb.w on entry, replaced in place) and its kVs / 4 value columns of U. Split-bf16 mma.sync
+// (m16n8k16: the chunk's 16 tokens are one k step): Tb = hi + lo and kw = hi + lo to ~16
+// significant bits, v is exact in bf16. Tb is lower triangular with exact zeros above the
+// diagonal, so row r of W and U takes nothing from later rows (0 x finite adds +0): causal bit for
+// bit.
+template <int kVs>
+__device__ __forceinline__ void tb_products(const RawStage<kVs>& r, ScanStage<kVs>& sb, int warp,
                                             bool with_u) {
-  constexpr bool kWg = uses_wgmma<kVs>();
   using device::mma_m16n8k16_bf16;
   using device::split_bf16x2;
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -74,60 +110,35 @@ __device__ __forceinline__ void tb_products(const RawStage<kVs>& r, ScanStageOf<
   for (int nt = 0; nt < kTilesW; ++nt) {
     const int col = 32 * warp + 8 * nt + g;
     uint32_t bh[2], bl[2];  // B = kw: tokens 2t, 2t + 1 (b0) and 2t + 8, 2t + 9 (b1), column g
-    const auto& kw = kw_rows<kVs>(sb);
-    split_bf16x2(kw[2 * t][col], kw[2 * t + 1][col], bh[0], bl[0]);
-    split_bf16x2(kw[2 * t + 8][col], kw[2 * t + 9][col], bh[1], bl[1]);
+    split_bf16x2(sb.w[2 * t][col], sb.w[2 * t + 1][col], bh[0], bl[0]);
+    split_bf16x2(sb.w[2 * t + 8][col], sb.w[2 * t + 9][col], bh[1], bl[1]);
 #pragma unroll
     for (int f = 0; f < 4; ++f) w[nt][f] = 0.0f;
     mma_m16n8k16_bf16(w[nt], al, bh[0], bh[1]);
     mma_m16n8k16_bf16(w[nt], ah, bl[0], bl[1]);
     mma_m16n8k16_bf16(w[nt], ah, bh[0], bh[1]);
   }
-  if constexpr (kWg) {  // wgmma layout (config.h): keys 2t, 2t + 1 go to slots t, t + 4
+  __syncwarp();  // every lane has read its kw fragments before -W overwrites them
 #pragma unroll
-    for (int nt = 0; nt < kTilesW; ++nt) {
-      const int key = 32 * warp + 8 * nt + 2 * t;
-#pragma unroll
-      for (int f = 0; f < 4; ++f)
-        *reinterpret_cast<float*>(sb.w + wg_tf32_offset(g + 8 * (f >> 1), key + (f & 1),
-                                                        kWgSboKeys)) = tf32_operand(-w[nt][f]);
-    }
-  } else {
-    __syncwarp();  // every lane has read its kw fragments before -W overwrites them
-#pragma unroll
-    for (int nt = 0; nt < kTilesW; ++nt) {
-      const int col = 32 * warp + 8 * nt + 2 * t;
-      *reinterpret_cast<float2*>(&sb.w[g][col]) =
-          make_float2(tf32_operand(-w[nt][0]), tf32_operand(-w[nt][1]));
-      *reinterpret_cast<float2*>(&sb.w[g + 8][col]) =
-          make_float2(tf32_operand(-w[nt][2]), tf32_operand(-w[nt][3]));
-    }
+  for (int nt = 0; nt < kTilesW; ++nt) {
+    const int col = 32 * warp + 8 * nt + 2 * t;
+    *reinterpret_cast<float2*>(&sb.w[g][col]) =
+        make_float2(tf32_operand(-w[nt][0]), tf32_operand(-w[nt][1]));
+    *reinterpret_cast<float2*>(&sb.w[g + 8][col]) =
+        make_float2(tf32_operand(-w[nt][2]), tf32_operand(-w[nt][3]));
   }
-  if (!with_u) return;
-  constexpr int kTilesU = kVs / 32;  // n-tiles of 8 value columns per warp (4 warps)
-#pragma unroll
-  for (int nt = 0; nt < kTilesU; ++nt) {
-    const int col = warp * (kVs / 4) + 8 * nt;
-    const uint32_t b0 = uint32_t(r.v[2 * t][col + g]) | (uint32_t(r.v[2 * t + 1][col + g]) << 16);
-    const uint32_t b1 =
-        uint32_t(r.v[2 * t + 8][col + g]) | (uint32_t(r.v[2 * t + 9][col + g]) << 16);
-    float u[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    mma_m16n8k16_bf16(u, al, b0, b1);
-    mma_m16n8k16_bf16(u, ah, b0, b1);
-    *reinterpret_cast<float2*>(&sb.u[g][col + 2 * t]) = make_float2(u[0], u[1]);
-    *reinterpret_cast<float2*>(&sb.u[g + 8][col + 2 * t]) = make_float2(u[2], u[3]);
-  }
+  if (with_u) tb_u_products(r, sb, warp, ah, al);
 }
 
 // Thread i (key column i): qs, ke, decay, kw = k^ . 2^G (into sb.w) and A_qk entries i, i + 128;
-// then its warp forms -W and U with tensor cores (tb_products). The split-T transition pass skips
+// then its warp forms -W and U with tensor cores (tb_products; the wgmma stage: copies of Tb and
+// v^T instead, copy_tb_vt). The split-T transition pass skips
 // qs and A_qk (no outputs) and, for its identity rows, U.
 template <int kVs>
 __device__ __forceinline__ void scan_operands(const PrefillArgs& a, const RawStage<kVs>& r, ScanStageOf<kVs>& sb, int i,
                                               const float (&Gr)[kC], bool outputs, bool with_u) {
   using device::ex2_approx;
   constexpr bool kWg = uses_wgmma<kVs>();
-  auto& kw = kw_rows<kVs>(sb);
   const float g15 = Gr[kC - 1];
   float ke[kC];  // f32, split into bf16 hi + lo below
 #pragma unroll
@@ -135,10 +146,14 @@ __device__ __forceinline__ void scan_operands(const PrefillArgs& a, const RawSta
     const float kn = bf16_bits_to_f32(r.k[row][i]) * r.rk[row];
     const float qn = bf16_bits_to_f32(r.q[row][i]) * r.rq[row] * a.scale;
     const float e0 = ex2_approx(Gr[row]);  // 2^G <= 1
-    kw[row][i] = kn * e0;                  // kw, f32; tb_products turns it into -W
+    if constexpr (kWg)  // kw as the scan's tf32 operand (it forms S^T kw^T itself)
+      *reinterpret_cast<float*>(sb.w + wg_tf32_offset(row, i, kWgSboKeys, kWgLboKeys)) =
+          tf32_operand(kn * e0);
+    else
+      sb.w[row][i] = kn * e0;  // kw, f32; tb_products turns it into -W
     if (outputs) {
       if constexpr (kWg)
-        *reinterpret_cast<float*>(sb.qs + wg_tf32_offset(row, i, kWgSboKeys)) =
+        *reinterpret_cast<float*>(sb.qs + wg_tf32_offset(row, i, kWgSboKeys, kWgLboKeys)) =
             tf32_operand(qn * e0);
       else
         sb.qs[row][i] = tf32_operand(qn * e0);
@@ -172,8 +187,12 @@ __device__ __forceinline__ void scan_operands(const PrefillArgs& a, const RawSta
         sb.aqk[e / kC][e % kC] = r.aqk[e / kC][e % kC];
     }
   }
-  __syncwarp();  // kw columns of this warp written
-  tb_products<kVs>(r, sb, i >> 5, with_u);
+  if constexpr (kWg) {
+    copy_tb_vt(r, sb, i, with_u);
+  } else {
+    __syncwarp();  // kw columns of this warp written
+    tb_products<kVs>(r, sb, i >> 5, with_u);
+  }
 }
 
 }  // namespace fastkda::prefill_cuda

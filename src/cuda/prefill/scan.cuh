@@ -279,25 +279,22 @@ __device__ __forceinline__ void scan_chunk_wg(const PrefillArgs& a, const WgScan
   using namespace device;
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   constexpr int kTiles = kC / 8;
-  // [token tile][fragment]: tiles 0, 1 V_new^T, tiles 2, 3 O^T, the m64n32 accumulator of one
-  // wgmma per k step (-W and qs are adjacent in the stage: N = 32 stacked, config.h).
+  // [token tile][fragment]: tiles 0, 1 P^T = S^T kw^T, tiles 2, 3 O^T, the m64n32 accumulator of
+  // one wgmma per k step (kw and qs are adjacent in the stage: N = 32 stacked, config.h).
   float acc[2 * kTiles][4];
-  auto& vn = *reinterpret_cast<float(*)[kTiles][4]>(&acc[0]);
+  auto& pk = *reinterpret_cast<float(*)[kTiles][4]>(&acc[0]);
   auto& o = *reinterpret_cast<float(*)[kTiles][4]>(&acc[kTiles]);
 #pragma unroll
-  for (int m = 0; m < kTiles; ++m) {
-    vn[m][0] = with_u ? sb.u[8 * m + 2 * t][vc + g] : 0.0f;
-    vn[m][1] = with_u ? sb.u[8 * m + 2 * t + 1][vc + g] : 0.0f;
-    vn[m][2] = with_u ? sb.u[8 * m + 2 * t][vc + g + 8] : 0.0f;
-    vn[m][3] = with_u ? sb.u[8 * m + 2 * t + 1][vc + g + 8] : 0.0f;
+  for (int m = 0; m < kTiles; ++m)
 #pragma unroll
-    for (int f = 0; f < 4; ++f) o[m][f] = 0.0f;
-  }
-  auto& vn8 = reinterpret_cast<float(&)[8]>(vn);
+    for (int f = 0; f < 4; ++f) pk[m][f] = o[m][f] = 0.0f;
+  auto& pk8 = reinterpret_cast<float(&)[8]>(pk);
   auto& acc16 = reinterpret_cast<float(&)[16]>(acc);
   auto& S64 = reinterpret_cast<float(&)[64]>(S);
-  // One k step of 8 keys is 2 core matrices = 256 bytes = 16 in the descriptor's address field.
-  const device::SmemDesc desc_w = smem_desc_noswizzle(sb.w, kWgLbo, kWgSboKeys);
+  // One k step of 8 keys is 2 core matrices along K: 2 kWgLboKeys bytes, in the descriptor's
+  // address field (16-byte units) kStepW.
+  const device::SmemDesc desc_w = smem_desc_noswizzle(sb.w, kWgLboKeys, kWgSboKeys);
+  constexpr uint32_t kStepW = 2 * kWgLboKeys / 16;
   wgmma_fence_operands(acc16);
   constexpr int kBatch = 8;
 #pragma unroll
@@ -309,14 +306,46 @@ __device__ __forceinline__ void scan_chunk_wg(const PrefillArgs& a, const WgScan
 #pragma unroll
     for (int jj = 0; jj < kBatch; ++jj) {
       if constexpr (kOut)
-        wgmma_m64n32k8_tf32_rs(acc16, af[jj], desc_w + 16 * (b + jj), true);
+        wgmma_m64n32k8_tf32_rs(acc16, af[jj], desc_w + kStepW * (b + jj), true);
       else
-        wgmma_m64n16k8_tf32_rs(vn8, af[jj], desc_w + 16 * (b + jj), true);
+        wgmma_m64n16k8_tf32_rs(pk8, af[jj], desc_w + kStepW * (b + jj), true);
     }
     wgmma_commit_group();
     wgmma_wait_group<0>();
   }
   wgmma_fence_operands(acc16);
+  // V_new^T = (v^T - P^T) Tb^T = U^T - S^T W^T without W or U (the prepare forms neither): one
+  // k16 step over the chunk's source tokens, split bf16 on both sides (A = v^T - P^T from the
+  // accumulator layout as split_vnew takes it, v^T exact in bf16 from the stage's token pairs;
+  // B = Tb^T, token r = 8 mr + g), hi.hi + hi.lo + lo.hi: the kept precision (emulated,
+  // bench/precision_chunk.py). Tb is lower triangular with exact zeros: causal bit for bit.
+  float vn[kTiles][4];
+  {
+    float x[kTiles][4];
+#pragma unroll
+    for (int m = 0; m < kTiles; ++m)
+#pragma unroll
+      for (int f = 0; f < 4; ++f) {
+        const uint32_t pair = with_u ? sb.vt[vc + g + (f >= 2 ? 8 : 0)][4 * m + t] : 0u;
+        const float v = __uint_as_float((f & 1) ? (pair & 0xffff0000u) : (pair << 16));
+        x[m][f] = v - pk[m][f];
+      }
+    uint32_t xh[4], xl[4];
+    split_vnew(x, xh, xl);
+#pragma unroll
+    for (int mr = 0; mr < kTiles; ++mr) {
+      const float2 t0 = *reinterpret_cast<const float2*>(&sb.tb[8 * mr + g][2 * t]);
+      const float2 t1 = *reinterpret_cast<const float2*>(&sb.tb[8 * mr + g][2 * t + 8]);
+      uint32_t h0, l0, h1, l1;
+      split_bf16x2(t0.x, t0.y, h0, l0);
+      split_bf16x2(t1.x, t1.y, h1, l1);
+#pragma unroll
+      for (int f = 0; f < 4; ++f) vn[mr][f] = 0.0f;
+      mma_m16n8k16_bf16(vn[mr], xl, h0, h1);
+      mma_m16n8k16_bf16(vn[mr], xh, l0, l1);
+      mma_m16n8k16_bf16(vn[mr], xh, h0, h1);
+    }
+  }
   if constexpr (kOut) {
     // Intra-chunk part of O^T: V_new^T A_qk^T by mma.sync (A_qk lower triangular: 3 tiles),
     // B from A_qk^T's core-matrix layout (slot t <- key 2t, slot t + 4 <- 2t + 1: wg_slot). As a
