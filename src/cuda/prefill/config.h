@@ -127,13 +127,18 @@ constexpr int kLdOut = 16 + 8;      // output staging, bf16 [kC][kLdOut] per sca
 static_assert(kLdPrep % 32 == 4 && kLdScan % 32 == 8 && kLdTok % 32 == 24 && kLdN % 4 == 0 &&
                   kLdKe2 == 8,
               "fragment-load bank layout");
-// Column of token pair c of key row `key` in ke_hi / ke_lo: the two 16-byte halves of a row swap
-// for keys with bit 2 set, so that the scan's fragment loads (rows 8j + g, pairs t and t + 4: banks
-// 8 (g mod 4) + (t ^ 4 [g >= 4])) and the prepare's 16-byte row stores are both conflict-free
-// without padding (the unpadded rows save 4 KiB per stage).
-__host__ __device__ constexpr int ke_col(int key, int c) { return c ^ (((key >> 2) & 1) << 2); }
-static_assert(ke_col(3, 1) == 1 && ke_col(4, 1) == 5 && ke_col(12, 6) == 2 && ke_col(8, 6) == 6,
-              "ke swizzle");
+// Column of token pair c (tokens 2c, 2c + 1) of key row `key` in ke_hi / ke_lo. Pairs c and c + 4
+// (the two B registers of the scan's m16n8k16 state update) sit side by side, so the scan loads
+// both with one 8-byte load (rows 8j + g, columns 2t, 2t + 1: each half-warp reads 4 rows = 32
+// different banks); the two 16-byte halves of a row swap for keys with bit 2 set, so that the
+// prepare's 16-byte row stores (8 consecutive keys per quarter-warp) are conflict-free too, without
+// padding (the unpadded rows save 4 KiB per stage).
+__host__ __device__ constexpr int ke_col(int key, int c) {
+  return (2 * (c % 4) + c / 4) ^ (((key >> 2) & 1) << 2);
+}
+static_assert(ke_col(3, 1) == 2 && ke_col(3, 5) == 3 && ke_col(4, 1) == 6 && ke_col(12, 6) == 1 &&
+                  ke_col(8, 6) == 5,
+              "ke layout");
 
 // Barrier ids of the scan kernel (0 is __syncthreads, 1 left unused); at most 3 groups.
 enum Barrier : int {

@@ -165,15 +165,20 @@ __device__ __forceinline__ void scan_operands(const PrefillArgs& a, const RawSta
   for (int p = 0; p < kC / 2; ++p)
     device::split_bf16x2(ke[2 * p], ke[2 * p + 1], ke_hi[p], ke_lo[p]);
 #pragma unroll
-  for (int p = 0; p < kC / 2; p += 4) {  // tokens 2p .. 2p + 7 of key i: 16 bytes
-    const uint4 hi = make_uint4(ke_hi[p], ke_hi[p + 1], ke_hi[p + 2], ke_hi[p + 3]);
-    const uint4 lo = make_uint4(ke_lo[p], ke_lo[p + 1], ke_lo[p + 2], ke_lo[p + 3]);
-    if constexpr (kWg) {
-      *reinterpret_cast<uint4*>(sb.ke_hi + wg_ke_offset(i, 2 * p)) = hi;
-      *reinterpret_cast<uint4*>(sb.ke_lo + wg_ke_offset(i, 2 * p)) = lo;
-    } else {
-      *reinterpret_cast<uint4*>(&sb.ke_hi[i][ke_col(i, p)]) = hi;
-      *reinterpret_cast<uint4*>(&sb.ke_lo[i][ke_col(i, p)]) = lo;
+  for (int p = 0; p < kC / 2; p += 4) {
+    if constexpr (kWg) {  // tokens 2p .. 2p + 7 of key i: 16 bytes
+      *reinterpret_cast<uint4*>(sb.ke_hi + wg_ke_offset(i, 2 * p)) =
+          make_uint4(ke_hi[p], ke_hi[p + 1], ke_hi[p + 2], ke_hi[p + 3]);
+      *reinterpret_cast<uint4*>(sb.ke_lo + wg_ke_offset(i, 2 * p)) =
+          make_uint4(ke_lo[p], ke_lo[p + 1], ke_lo[p + 2], ke_lo[p + 3]);
+    } else {  // pairs q, q + 4, q + 1, q + 5 (q = p / 2) at columns ke_col(i, q) ..: 16 bytes
+      const int q = p / 2;
+      static_assert(ke_col(0, 0) + 1 == ke_col(0, 4) && ke_col(0, 1) == ke_col(0, 0) + 2,
+                    "pairs q, q + 4, q + 1, q + 5 are one 16-byte run");
+      *reinterpret_cast<uint4*>(&sb.ke_hi[i][ke_col(i, q)]) =
+          make_uint4(ke_hi[q], ke_hi[q + 4], ke_hi[q + 1], ke_hi[q + 5]);
+      *reinterpret_cast<uint4*>(&sb.ke_lo[i][ke_col(i, q)]) =
+          make_uint4(ke_lo[q], ke_lo[q + 4], ke_lo[q + 1], ke_lo[q + 5]);
     }
   }
   sb.decay[i] = ex2_approx(g15);

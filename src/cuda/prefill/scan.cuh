@@ -184,14 +184,14 @@ __device__ __forceinline__ void scan_chunk(const PrefillArgs& a, const ScanStage
   float2 aq[kTiles * (kTiles + 1) / 2], dec[kLate];
   uint32_t keh[kLate][2], kel[kLate][2];
   if constexpr (kSplit == 2) {
-    const int p0 = ke_col(g, t), p1 = ke_col(g, t + 4);
+    const int p0 = ke_col(g, t);  // pairs t and t + 4 (config.h)
 #pragma unroll
     for (int j = 0; j < kTilesK; ++j) {
       dec[j] = *reinterpret_cast<const float2*>(&sb.decay[8 * (j0 + j) + 2 * t]);
-      const uint32_t* kh_row = sb.ke_hi[8 * (j0 + j) + g];
-      const uint32_t* kl_row = sb.ke_lo[8 * (j0 + j) + g];
-      keh[j][0] = kh_row[p0], keh[j][1] = kh_row[p1];
-      kel[j][0] = kl_row[p0], kel[j][1] = kl_row[p1];
+      const uint2 h = *reinterpret_cast<const uint2*>(&sb.ke_hi[8 * (j0 + j) + g][p0]);
+      const uint2 l = *reinterpret_cast<const uint2*>(&sb.ke_lo[8 * (j0 + j) + g][p0]);
+      keh[j][0] = h.x, keh[j][1] = h.y;
+      kel[j][0] = l.x, kel[j][1] = l.y;
     }
     if constexpr (kOut)
 #pragma unroll
@@ -246,7 +246,7 @@ __device__ __forceinline__ void scan_chunk(const PrefillArgs& a, const ScanStage
   // as they are (row g / g + 8, tokens 2t, 2t + 1 and 8 + 2t, 8 + 2t + 1).
   uint32_t vh[4], vl[4];
   split_vnew(vn[0], vh, vl);
-  const int p0 = ke_col(g, t), p1 = ke_col(g, t + 4);  // the swizzle of rows 8j + g (config.h)
+  const int p0 = ke_col(g, t);  // pairs t and t + 4 of rows 8j + g, side by side (config.h)
 #pragma unroll
   for (int j = 0; j < kTilesK; ++j) {
     if constexpr (kSplit == 2) {
@@ -256,11 +256,11 @@ __device__ __forceinline__ void scan_chunk(const PrefillArgs& a, const ScanStage
       device::mma_m16n8k16_bf16(S[j], vh, keh[j][0], keh[j][1]);
     } else {
       decay_tile(S[j], *reinterpret_cast<const float2*>(&sb.decay[8 * j + 2 * t]));
-      const uint32_t* kh_row = sb.ke_hi[8 * j + g];
-      const uint32_t* kl_row = sb.ke_lo[8 * j + g];
-      device::mma_m16n8k16_bf16(S[j], vl, kh_row[p0], kh_row[p1]);
-      device::mma_m16n8k16_bf16(S[j], vh, kl_row[p0], kl_row[p1]);
-      device::mma_m16n8k16_bf16(S[j], vh, kh_row[p0], kh_row[p1]);
+      const uint2 h = *reinterpret_cast<const uint2*>(&sb.ke_hi[8 * j + g][p0]);
+      const uint2 l = *reinterpret_cast<const uint2*>(&sb.ke_lo[8 * j + g][p0]);
+      device::mma_m16n8k16_bf16(S[j], vl, h.x, h.y);
+      device::mma_m16n8k16_bf16(S[j], vh, l.x, l.y);
+      device::mma_m16n8k16_bf16(S[j], vh, h.x, h.y);
     }
   }
 }
