@@ -109,7 +109,8 @@ CUtensorMap tensor_map(const void* base, CUtensorMapDataType type, int elem_byte
 }
 
 // The scan kernel's loads (prepare.cuh load_stage): q, k, g rows of kK columns, this CTA's kVs
-// value columns of v (at kVs = 64 / 32 in blocks of 8 columns: v_in_blocks), kC token rows per box.
+// value columns of v (at kVs = 64 / 32 in blocks of 8 columns: v_in_blocks), kC token rows per
+// box.
 void make_load_maps(const ForwardParams& p, const Strides& s, int vsplit, PrefillArgs& a) {
   const int64_t rows = p.B * p.T;
   if (rows <= 0) return;  // nothing is loaded
@@ -211,12 +212,15 @@ bool use_longest_first(const ForwardParams& p, int64_t num_seq, const Plan& plan
 
 // Split T pays when there are too few (sequence, head) pairs to fill the GPU and the sequences are
 // long. Cost model from the measured time of one 16-token chunk of a scan CTA with kVs value rows
-// (one CTA per SM, docs/prefill.md; H200, session 4: scan time of H32 T16384, H64 and H96 fixed
-// T8192 less the intra kernel): ~1.35 / 1.55 / 2.08 us for kVs = 32 / 64 / 128. Unsplit: one
-// CTA walks all chunks. Split into nseg segments of kVs = 128 CTAs: pass 1 runs heads x (2 nseg -
-// 3) CTAs without outputs (~0.85 of a chunk's time), pass 2 heads x nseg CTAs, in whole waves,
-// plus ~3 us per segment to combine. Lengths are known only on average for varlen (cu_seqlens stays
-// on the device). FASTKDA_PREFILL_SEG=<tokens, a multiple of 64> forces a segment length, 0 none.
+// (one CTA per SM, docs/prefill.md; H200, session 8: scan time less the intra kernel of H32 T16384
+// unsplit at kVs = 32, H64 fixed T8192 at kVs = 64, and H32 T16384 / T65536 split at kVs = 128):
+// ~1.15 / 1.34 / 1.45 us for kVs = 32 / 64 / 128. Unsplit: one CTA walks all chunks. Split into
+// nseg segments of kVs = 128 CTAs: pass 1 runs heads x (2 nseg - 3) CTAs without outputs (~0.85 of
+// a chunk's time), pass 2 heads x nseg CTAs, in whole waves, plus ~3 us per segment to combine and
+// ~50 us for the extra passes (fitted: H32 T4096 split at 1024 tokens measured 0.410 ms against
+// 0.381 unsplit at kVs = 32, T16384 1.286 against 1.469, T65536 5.333 against 5.860). Lengths are
+// known only on average for varlen (cu_seqlens stays on the device).
+// FASTKDA_PREFILL_SEG=<tokens, a multiple of 64> forces a segment length, 0 none.
 Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
   Plan plan;
   const int64_t heads = num_seq * p.HV;
@@ -234,16 +238,17 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
   }
   const double chunks = double(p.B * p.T) / double(num_seq) / prefill_cuda::kC;  // per sequence
   auto waves = [&](int64_t ctas) { return double((ctas + sms - 1) / sms); };
-  auto chunk_us = [](int vsplit) { return vsplit == 4 ? 1.35 : vsplit == 2 ? 1.55 : 2.08; };
+  auto chunk_us = [](int vsplit) { return vsplit == 4 ? 1.15 : vsplit == 2 ? 1.34 : 1.45; };
   const double whole = waves(heads * plan.vsplit) * chunks * chunk_us(plan.vsplit);
   const int vs = forced_vs ? forced_vs : 1;  // value split of the split-T passes
-  double best = 0.8 * whole;                       // split only for a clear gain
+  double best = 0.9 * whole;                       // split only for a clear gain
   for (int seg_tokens = 512; seg_tokens <= 8192; seg_tokens += 256) {
     const int seg_chunks = seg_tokens / prefill_cuda::kC;
     const int64_t nseg = int64_t(std::ceil(chunks / seg_chunks));
     if (nseg < 3) continue;
     const double t = waves(heads * vs * (2 * nseg - 3)) * seg_chunks * 0.85 * chunk_us(vs) +
-                     waves(heads * vs * nseg) * seg_chunks * chunk_us(vs) + 3.0 * double(nseg);
+                     waves(heads * vs * nseg) * seg_chunks * chunk_us(vs) + 3.0 * double(nseg) +
+                     50.0;
     if (t < best) best = t, plan.seg_chunks = seg_chunks, plan.vsplit = vs;
   }
   return plan;
