@@ -135,7 +135,8 @@ __global__ void chain_kernel(const uint16_t* a, const uint16_t* b, const float* 
   for (int i = threadIdx.x; i < 16 * 128; i += 128) {
     const int n = i / 128, key = i % 128, q = key % 8;
     const int slot = 8 * (key / 8) + (q % 2 == 0 ? q / 2 : 4 + q / 2);
-    sw[tf32_b_offset<128>(n, slot)] = w[i];  // raw f32: the hardware reads its tf32 part (truncation)
+    // raw f32: the hardware reads its tf32 part (truncation)
+    sw[tf32_b_offset<128>(n, slot)] = w[i];
   }
   fence_proxy_async_shared();
   __syncthreads();

@@ -253,7 +253,8 @@ __host__ __device__ constexpr int wg_slot(int k) {
   return (k & ~7) + ((k & 1) ? 4 + ((k & 7) >> 1) : (k & 7) >> 1);
 }
 // Byte offsets of element (n, k) in the three layouts.
-__host__ __device__ constexpr int wg_tf32_offset(int n, int k, uint32_t sbo, uint32_t lbo = kWgLbo) {
+__host__ __device__ constexpr int wg_tf32_offset(int n, int k, uint32_t sbo,
+                                               uint32_t lbo = kWgLbo) {
   const int s = wg_slot(k);
   return int((n / 8) * sbo + (s / 4) * lbo) + (n % 8) * 16 + (s % 4) * 4;
 }
