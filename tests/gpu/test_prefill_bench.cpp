@@ -8,7 +8,7 @@
 // Prints "BENCH <name> <ms> <floor_ms> <GB/s>" lines and "HOST <name> <us> us/call" (host time of
 // one fastkda::forward: validation and both launches, 20 calls queued without waiting);
 // FASTKDA_BENCH_FILTER=<substring> limits the shapes, FASTKDA_BENCH_VSPLITS=1,2,4 adds runs with
-// forced value splits for the few-head shapes.
+// forced value splits for the few-head shapes (for every shape with FASTKDA_BENCH_VSPLITS_ALL set).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -141,8 +141,9 @@ TEST(PrefillBench, DISABLED_Table) {
     const double bytes = 5.0 * tok_elems * 2 + rows * H * 2.0 + 2.0 * state_elems * 4;
     const double floor_ms = bytes / 4.28e12 * 1e3;
     const bool few_heads = N * H < 132;
+    const bool every_shape = std::getenv("FASTKDA_BENCH_VSPLITS_ALL") != nullptr;
     for (const std::string& vs : vsplits) {
-      if (!vs.empty() && !few_heads) continue;
+      if (!vs.empty() && !few_heads && !every_shape) continue;
       if (vs.empty())
         unsetenv("FASTKDA_PREFILL_VSPLIT");
       else
