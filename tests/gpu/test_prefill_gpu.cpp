@@ -436,10 +436,12 @@ TEST(PrefillGpu, VarlenEqualsSeparateCalls) {
 
 // T = 1M tokens with 64-bit offsets: one varlen call whose first sequence has 2^20 tokens and
 // whose second (200 tokens) starts at token row 2^20 = element 2^31 of q, k, v, out (H = HV = 16),
-// so every token-indexed address of the second sequence is past int32. The second sequence must
-// equal the same inputs run on their own bit for bit (varlen == separate calls) and be within the
-// oracle bounds; the first must come out finite (its final state, its last 4096 output rows and
-// every 65536th row). The first sequence tiles 4096 random tokens; ~28 GB of device memory.
+// so every token-indexed address of the second sequence is past int32. Under the separate call's
+// plan the second sequence must equal the same inputs run on their own bit for bit (varlen ==
+// separate calls) and be within the oracle bounds; the first must come out finite (its final
+// state, its last 4096 output rows and every 65536th row). Under the default plan (split T) the
+// second must stay within the tolerances of the separate call. The first sequence tiles 4096
+// random tokens; ~28 GB of device memory.
 TEST(PrefillGpu, MillionTokens64BitOffsets) {
   FASTKDA_REQUIRE_GPU();
   constexpr int64_t kL0 = int64_t(1) << 20, kL1 = 200, kPattern = 4096, kT = kL0 + kL1;
@@ -537,6 +539,32 @@ TEST(PrefillGpu, MillionTokens64BitOffsets) {
   std::printf("[prefill] 1M tokens: tail bitwise %s, head non-finite state %zu / out %zu\n",
               std::equal(tail.begin(), tail.end(), one.out.h.begin()) ? "equal" : "DIFFERENT",
               bad_state, bad_out);
+
+  // The same call under the default plan (since session 8: split T at kVs = 128, whose segment
+  // records and combine then also run past 2^31 elements): sequence 1 within the tolerances of the
+  // separate call (other arithmetic: not bit for bit), sequence 0's final state finite. The
+  // workspace was sized for this plan (no pin when it was queried).
+  ASSERT_EQ(cudaMemset(static_cast<char*>(out.get()) + size_t(kL0) * row_out * 2, 0xff,
+                       size_t(kL1) * row_out * 2),
+            cudaSuccess);
+  fastkda::forward(f);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  HostBuf tail2(DType::kBF16, size_t(kL1) * row_out), state2(DType::kF32, matrix);
+  ASSERT_EQ(cudaMemcpy(tail2.h.data(), static_cast<char*>(out.get()) + size_t(kL0) * row_out * 2,
+                       tail2.bytes(), cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  fin.to_host(states.data());
+  std::copy(states.begin() + matrix, states.end(), state2.f.begin());
+  const Err eo = compare(tail2, one.out), es = compare(state2, one.state);
+  size_t bad_state2 = 0;
+  for (size_t i = 0; i < matrix; ++i) bad_state2 += !std::isfinite(states[i]);
+  EXPECT_EQ(eo.nonfinite, 0u) << p.describe();
+  EXPECT_LE(eo.rms_rel, kOutTol) << "default plan, tail out " << eo << "  " << p.describe();
+  EXPECT_LE(es.rms_rel, kStateTol) << "default plan, tail state " << es << "  " << p.describe();
+  EXPECT_EQ(bad_state2, 0u) << "default plan  " << p.describe();
+  std::printf("[prefill] 1M tokens, default plan: tail vs the separate call out %g | state %g, "
+              "head non-finite state %zu\n",
+              eo.rms_rel, es.rms_rel, bad_state2);
 }
 
 // prefill(T1) then prefill(T2) from the carried f32 state == prefill(T1 + T2) (to rounding).
