@@ -23,6 +23,7 @@ build_one() {  # build_one REV NAME
   cmake -S "$wt" -B "$wt/build" -G Ninja -DFASTKDA_TESTS=ON "${cutlass[@]}" >/dev/null &&
     ninja -C "$wt/build" fastkda_gpu_tests >/dev/null || return 1
   cp "$wt/build/fastkda_gpu_tests" "$AB/${name}_tests"
+  strip "$AB/${name}_tests"  # host symbols only (~0.6 MB each): 8 binaries fit the 64 MiB carry
   echo "built $AB/${name}_tests from $rev ($(git rev-parse --short "$rev"))"
 }
 
