@@ -4,9 +4,20 @@
 # Usage (repo root, on the GPU machine):
 #   scripts/gpu_check_prefill.sh [tests] [seeds] [sanitize|racecheck] [bench] [fla]
 #   env: BENCH_FILTER (shape substring), FLA_FILTER, TEST_FILTER (gtest filter), BIN (test binary),
-#        SEEDS (seeds step: how many pinned seeds, default 10)
+#        SEEDS (seeds step: how many pinned seeds, default 10), FLA_CACHE_OUT=1 (return fla's
+#        Triton cache in parts; carry .triton-cache in later calls to skip its autotuning)
+#   scripts/gpu_check_prefill.sh unpack-triton DIR   here: .triton-cache from a call's parts
 # Full logs go to $OUT (or ./gpu_out); a short summary is printed last.
 set -uo pipefail
+if [ "${1:-}" = unpack-triton ]; then  # here: .triton-cache from the parts a device call returned
+  if [ -z "${2:-}" ] || ! ls "$2"/triton_cache.tgz.part-* > /dev/null; then
+    echo "usage: $0 unpack-triton DIR (DIR holding triton_cache.tgz.part-*)" >&2
+    exit 2
+  fi
+  rm -rf .triton-cache && mkdir -p .triton-cache
+  cat "$2"/triton_cache.tgz.part-* | tar xzf - -C .triton-cache
+  du -sh .triton-cache; exit
+fi
 OUT=${OUT:-gpu_out}; mkdir -p "$OUT"
 steps=${*:-tests sanitize bench}
 BIN=${BIN:-build-prefill/dist/fastkda_gpu_tests}
@@ -72,10 +83,21 @@ for s in $steps; do
         python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
         export PYTHONPATH=/tmp/site
       fi
+      # fla's Triton kernels autotune per shape class (1-2 min each on a fresh machine). Their
+      # compiled kernels and autotuning results (fla caches them: FLA_CACHE_RESULTS) live in
+      # TRITON_CACHE_DIR: seeded from a carried .triton-cache, and with FLA_CACHE_OUT=1 packed
+      # into $OUT as triton_cache.tgz.part-* (15 MB each: a device call returns files up to 16 MB).
+      export TRITON_CACHE_DIR=/tmp/triton_cache
+      [ -d .triton-cache ] && mkdir -p "$TRITON_CACHE_DIR" && cp -r .triton-cache/. "$TRITON_CACHE_DIR"/
       FLA_FLASH_KDA=0 PYTHONUNBUFFERED=1 timeout ${FLA_TIMEOUT:-420} python3 bench/bench_prefill.py \
         --fastkda "$OUT/fastkda_bench.txt" --filter "${FLA_FILTER:-}" --out "$OUT/table.md" \
         > "$OUT/fla_bench.log" 2>&1
-      summary+="fla rc=$?"$'\n'"$(grep '^|' "$OUT/fla_bench.log" | sort -u)"$'\n' ;;
+      summary+="fla rc=$?"$'\n'"$(grep '^|' "$OUT/fla_bench.log" | sort -u)"$'\n'
+      if [ -n "${FLA_CACHE_OUT:-}" ] && [ -d "$TRITON_CACHE_DIR" ]; then
+        tar czf - -C "$TRITON_CACHE_DIR" . | split -b 15m - "$OUT/triton_cache.tgz.part-"
+        summary+="triton cache: $(du -sh "$TRITON_CACHE_DIR" | cut -f1) in $(ls "$OUT"/triton_cache.tgz.part-* | wc -l) parts"$'\n'
+      fi ;;
+
   esac
 done
 cat "$OUT/env.txt"
