@@ -267,8 +267,8 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
   if constexpr (kUsePdl) {  // everything read below may come from the previous kernel
     if (blockIdx.x < a.early_prefetch_ctas && !(a.per_token_states && a.num_accepted))
       prefetch_tile<kK, kVFirst, StateT>(a, a.slots[n * a.slot_stride], hv, v0);
-    wait_for_prerequisite_grid();
-    allow_dependent_grid_launch();
+    device::griddep_wait();
+    device::griddep_launch_dependents();
   }
 
   // ---- 1. slot columns, num_accepted, token inputs: all loads in flight together ------------

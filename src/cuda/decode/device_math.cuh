@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "cuda/decode/config.h"
+#include "cuda/device/ptx.cuh"
 
 namespace fastkda::decode_cuda {
 
@@ -85,15 +86,6 @@ __device__ __forceinline__ void store_state_chunk(uint16_t* p, float4 s) {
 // L2 prefetch of the 128-byte line holding p (a hint: no register, no wait).
 __device__ __forceinline__ void prefetch_l2(const void* p) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-}
-
-// ---- programmatic dependent launch (no-ops when the launch has no programmatic dependency) ----
-// Everything this kernel reads may have been written by the previous kernel on the stream.
-__device__ __forceinline__ void wait_for_prerequisite_grid() {
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-}
-__device__ __forceinline__ void allow_dependent_grid_launch() {
-  asm volatile("griddepcontrol.launch_dependents;" :::);
 }
 
 // ---- float4 arithmetic -------------------------------------------------------------------------

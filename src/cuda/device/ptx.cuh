@@ -109,7 +109,8 @@ __device__ __forceinline__ void tma_load_2d(void* smem_dst, const void* tmap, in
                                             uint64_t* mbar) {
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst))),
+      " [%0], [%1, {%2, %3}], [%4];\n"
+      ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst))),
       "l"(tmap), "r"(c0), "r"(c1), "r"(static_cast<uint32_t>(__cvta_generic_to_shared(mbar)))
       : "memory");
 }
@@ -177,7 +178,9 @@ __device__ __forceinline__ void griddep_launch_dependents() {
 }
 // Waits until the previous kernel of the stream has completed and its memory is visible (a no-op
 // without programmatic stream serialization).
-__device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+__device__ __forceinline__ void griddep_wait() {
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+}
 
 // ---- per-warpgroup register budgets (every thread of the warpgroup, uniform) ----------------
 template <int kRegs>

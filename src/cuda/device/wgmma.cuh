@@ -38,7 +38,6 @@ __device__ __forceinline__ SmemDesc smem_desc_noswizzle(const void* smem, uint32
           (sbo_bytes >> 4) & 0x3fffu};  // base offset 0, swizzle mode 0
 }
 
-
 __device__ __forceinline__ void wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 }

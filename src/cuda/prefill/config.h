@@ -41,24 +41,25 @@ constexpr size_t kSegBytes = kSegFloats * sizeof(float);
 // Prepare groups in the scan kernel: each alternates chunks with the others (group p: chunks
 // p, p + G, ...), owns two raw stages (next chunk loads while it works) and one scan stage.
 // kVs = 128: two groups + 8 scan warps = 512 threads; kVs = 64, 32: three groups + one scan
-// warpgroup (4 scan warps; at kVs = 32 two per 16 value rows, key_split below) = 512 threads. In both
-// setmaxnreg moves registers from the prepare warpgroups (112 each: ptxas needs ~100 there) to the
-// scan warpgroups: 176 at kVs = 64 / 32 (3 x 128 x 112 + 128 x 176 = 65536), 144 at kVs = 128
-// (2 x 128 x 112 + 2 x 128 x 144; the wgmma scan loop 398 -> 359 SASS instructions, no spill).
-// Session 5 measured three groups at kVs = 32 under a flat 128-register cap 20 % slower (the scan
-// warps' chain then cannot hoist its fragment loads); session 6's reading is that the step is
-// bound by the latency of a chunk's preparation over the chunks in flight, which a third group
-// shortens by a third. Measured (session 7): -1 to -4 % on every row with the register move; an
-// Nsight Compute profile then shows the kVs = 128 scan warps waiting for the prepare (44 % of their
-// samples on the Full barrier) and the kVs = 32 prepare waiting for the scan (51 % on Empty).
+// warpgroup (4 scan warps; at kVs = 32 two per 16 value rows, key_split below) = 512 threads.
+// In both setmaxnreg moves registers from the prepare warpgroups (112 each: ptxas needs ~100
+// there) to the scan warpgroups: 176 at kVs = 64 / 32 (3 x 128 x 112 + 128 x 176 = 65536), 144
+// at kVs = 128 (2 x 128 x 112 + 2 x 128 x 144; the wgmma scan loop 398 -> 359 SASS
+// instructions, no spill). Session 5 measured three groups at kVs = 32 under a flat
+// 128-register cap 20 % slower (the scan warps' chain then cannot hoist its fragment loads);
+// session 6's reading is that the step is bound by the latency of a chunk's preparation over the
+// chunks in flight, which a third group shortens by a third. Measured (session 7): -1 to -4 % on
+// every row with the register move; an Nsight Compute profile then shows the kVs = 128 scan
+// warps waiting for the prepare (44 % of their samples on the Full barrier) and the kVs = 32
+// prepare waiting for the scan (51 % on Empty).
 template <int kVs>
 constexpr int prep_groups() {
   return kVs == 128 ? 2 : 3;
 }
 // Key split of the mma.sync scan: at kVs = 32 the scan warpgroup's 4 warps own 16 value rows x 64
 // keys of S^T each (a pair of warps per 16 value rows, one per key half), instead of 2 warps with
-// all 128 keys and 2 idle ones: each warp's chain per chunk is half as long (V_new / O partials over
-// its keys, 16 + 16 MMAs, and 24 of the state update's 48), at the cost of one exchange of the
+// all 128 keys and 2 idle ones: each warp's chain per chunk is half as long (V_new / O partials
+// over its keys, 16 + 16 MMAs, and 24 of the state update's 48), at the cost of one exchange of the
 // partials through shared memory per chunk (KeySplitExchange). kVs = 64 and 128 have no idle warps.
 template <int kVs>
 constexpr int key_split() {

@@ -115,7 +115,8 @@ void make_load_maps(const ForwardParams& p, const Strides& s, int vsplit, Prefil
   const int64_t rows = p.B * p.T;
   if (rows <= 0) return;  // nothing is loaded
   FASTKDA_CHECK(rows <= int64_t(INT32_MAX),
-                "T: expected B * T <= 2^31 - 1 tokens (TMA box coordinates are 32-bit), got ", rows);
+                "T: expected B * T <= 2^31 - 1 tokens (TMA box coordinates are 32-bit), got ",
+                rows);
   using prefill_cuda::kC;
   constexpr int kK = prefill_cuda::kK, kV = prefill_cuda::kV;
   const auto bf16 = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;

@@ -10,10 +10,11 @@
 // Warp roles (warp specialised, no CTA-wide barrier in the main loop):
 //   warps 0..4G-1  G = prep_groups<kVs>() prepare groups of 4 warps alternating chunks: TMA loads
 //                  of q, k, v, g, Tb, A_qk, row norms (two raw stages per group), gate + cumsum,
-//                  qs, ke, decay, W = Tb (k^ . 2^G), U = Tb v (split-bf16 MMA)
-//                  -> ScanStage scan[c % G]                                      (prepare.cuh)
+//                  qs, ke, decay, and at kVs = 64 / 32 W = Tb (k^ . 2^G), U = Tb v (split-bf16
+//                  MMA; at kVs = 128 kw and copies of Tb, v^T instead) -> scan[c % G] (prepare.cuh)
 //   warps 4G..     scan: state S^T stationary in registers (f32), per chunk two tf32 products
-//                  (V_new, O) and the split-bf16 state update; output staged and stored to `out`;
+//                  (V_new, O; at kVs = 128 V_new = Tb (v - kw S) on wgmma + mma.sync) and the
+//                  split-bf16 state update; output staged and stored to `out`;
 //                  16 value rows per warp (at kVs = 32 two warps per 16 rows, one per key half,
 //                  exchanging their V_new / O partials on kBarPair0 + p: key_split, config.h)
 //                                                                                (scan.cuh)

@@ -2,10 +2,11 @@
 // tokens, the light elementwise part of DESIGN §2's chunked form and the two products with the
 // intra kernel's Tb = (I + N)^-1 diag(beta) (workspace):
 //
-//   raw q, k, v, g, Tb, A_qk, row norms (smem, TMA)  ->  G                  (common.cuh gate_cumsum)
+//   raw q, k, v, g, Tb, A_qk, row norms (smem, TMA)  ->  G             (common.cuh gate_cumsum)
 //                                              ->  scan_operands: qs = scale q^ . 2^G,
 //                                                  ke = (k^ . 2^(G_C - G))^T, decay = 2^G_C, A_qk,
-//                                                  -W = -Tb (k^ . 2^G), U = Tb v  (split-bf16 MMA)
+//                                                  -W = -Tb (k^ . 2^G), U = Tb v  (split-bf16 MMA;
+//                                                  kVs = 128: kw = k^ . 2^G, copies of Tb, v^T)
 #pragma once
 
 #include "cuda/prefill/common.cuh"
@@ -43,6 +44,12 @@ __device__ __forceinline__ void zero_tail(const PrefillArgs& a, RawStage<kVs>& r
   device::fence_proxy_async_shared();
 }
 
+// Tokens row and row + 1 of value column col as one bf16 pair (the lower token in the low half).
+template <int kVs>
+__device__ __forceinline__ uint32_t v_pair(const RawStage<kVs>& r, int row, int col) {
+  return uint32_t(r.v[v_index<kVs>(row, col)]) | (uint32_t(r.v[v_index<kVs>(row + 1, col)]) << 16);
+}
+
 // U = Tb v for one warp of the group (mma.sync stages): its kVs / 4 value columns.
 template <int kVs>
 __device__ __forceinline__ void tb_u_products(const RawStage<kVs>& r, ScanStage<kVs>& sb, int warp,
@@ -53,11 +60,8 @@ __device__ __forceinline__ void tb_u_products(const RawStage<kVs>& r, ScanStage<
 #pragma unroll
   for (int nt = 0; nt < kTilesU; ++nt) {
     const int col = warp * (kVs / 4) + 8 * nt;
-    auto pair = [&](int row) {  // tokens row, row + 1 of column col + g: banks 8t + g / 2 (+4)
-      return uint32_t(r.v[v_index<kVs>(row, col + g)]) |
-             (uint32_t(r.v[v_index<kVs>(row + 1, col + g)]) << 16);
-    };
-    const uint32_t b0 = pair(2 * t), b1 = pair(2 * t + 8);
+    // B = v: tokens 2t, 2t + 1 and 2t + 8, 2t + 9 of column col + g (banks 8t + g / 2 (+ 4))
+    const uint32_t b0 = v_pair(r, 2 * t, col + g), b1 = v_pair(r, 2 * t + 8, col + g);
     float u[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     mma_m16n8k16_bf16(u, al, b0, b1);
     mma_m16n8k16_bf16(u, ah, b0, b1);
@@ -79,9 +83,7 @@ __device__ __forceinline__ void copy_tb_vt(const RawStage<kVs>& r, WgScanStage<k
   if (!with_u) return;
   uint32_t p[kC / 2];
 #pragma unroll
-  for (int q = 0; q < kC / 2; ++q)
-    p[q] = uint32_t(r.v[v_index<kVs>(2 * q, col)]) |
-           (uint32_t(r.v[v_index<kVs>(2 * q + 1, col)]) << 16);
+  for (int q = 0; q < kC / 2; ++q) p[q] = v_pair(r, 2 * q, col);
   *reinterpret_cast<uint4*>(&sb.vt[col][0]) = make_uint4(p[0], p[1], p[2], p[3]);
   *reinterpret_cast<uint4*>(&sb.vt[col][4]) = make_uint4(p[4], p[5], p[6], p[7]);
 }
@@ -135,8 +137,9 @@ __device__ __forceinline__ void tb_products(const RawStage<kVs>& r, ScanStage<kV
 // v^T instead, copy_tb_vt). The split-T transition pass skips
 // qs and A_qk (no outputs) and, for its identity rows, U.
 template <int kVs>
-__device__ __forceinline__ void scan_operands(const PrefillArgs& a, const RawStage<kVs>& r, ScanStageOf<kVs>& sb, int i,
-                                              const float (&Gr)[kC], bool outputs, bool with_u) {
+__device__ __forceinline__ void scan_operands(const PrefillArgs& a, const RawStage<kVs>& r,
+                                              ScanStageOf<kVs>& sb, int i, const float (&Gr)[kC],
+                                              bool outputs, bool with_u) {
   using device::ex2_approx;
   constexpr bool kWg = uses_wgmma<kVs>();
   const float g15 = Gr[kC - 1];
