@@ -171,6 +171,10 @@ TEST(PrefillGpu, TokensBeyondInt32Rejected) {
   DeviceBuf ws(256);
   f.workspace = ws.get();
   f.workspace_bytes = fastkda::forward_workspace_size(f);
+  // Poisoned out and workspace: nothing may be written before the error.
+  const size_t out_bytes = v.p.out_elems() * 2;
+  ASSERT_EQ(cudaMemset(v.out.get(), 0xff, out_bytes), cudaSuccess);
+  ASSERT_EQ(cudaMemset(ws.get(), 0xff, 256), cudaSuccess);
   try {
     fastkda::forward(f);
     ADD_FAILURE() << "B * T = 2^31 on CUDA must throw";
@@ -178,6 +182,13 @@ TEST(PrefillGpu, TokensBeyondInt32Rejected) {
     EXPECT_NE(std::string(e.what()).find("T:"), std::string::npos) << e.what();
   }
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<uint8_t> out_h(out_bytes), ws_h(256);
+  v.out.to_host(out_h.data());
+  ws.to_host(ws_h.data());
+  EXPECT_TRUE(std::all_of(out_h.begin(), out_h.end(), [](uint8_t b) { return b == 0xff; }))
+      << "out written before the error";
+  EXPECT_TRUE(std::all_of(ws_h.begin(), ws_h.end(), [](uint8_t b) { return b == 0xff; }))
+      << "workspace written before the error";
 }
 
 // Lengths around the chunk boundaries (kC = 16) and a long one.
@@ -503,7 +514,7 @@ TEST(PrefillGpu, MillionTokens64BitOffsets) {
   {
     // The plan of the separate call (value split 4, no split T): bit for bit needs the same
     // arithmetic, and since session 8 the cost model splits T for these long sequences at
-    // kVs = 128 (split T past 2^31 elements is not covered by this test).
+    // kVs = 128 (that plan runs below, checked within tolerances).
     ScopedEnv no_split("FASTKDA_PREFILL_SEG", "0");
     fastkda::forward(f);
   }
