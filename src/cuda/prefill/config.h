@@ -223,8 +223,9 @@ template <int kVs>
 constexpr bool uses_wgmma() {
   // Measured on the H200 (A/B, session 4, after removing ptxas' C7520 serialisation): kVs = 128
   // rows 7-10 % faster than mma.sync; kVs = 64 (one warpgroup) no faster (H64 fixed T8192 1.250
-  // vs 1.237 ms), so kVs = 64 and 32 keep mma.sync.
-  return kVs == 128;
+  // vs 1.237 ms). PENDING (session 8, not measured): kVs = 64 on wgmma again, now that the wgmma
+  // stage has no W / U in the prepare (-15 % at kVs = 128).
+  return kVs >= 64;
 }
 // RawStage::v at kVs = 64 / 32 in blocks of 8 columns, [kVs / 8][kC][8], as a 3-D TMA box lands
 // them (launch.cu tensor_map, blocks8): the U products' B fragments (rows 2t, 2t + 1, column g of

@@ -70,22 +70,27 @@ __device__ __forceinline__ void tb_u_products(const RawStage<kVs>& r, ScanStage<
   }
 }
 
-// The wgmma stage (kVs = 128): Tb and v^T (bf16 token pairs; thread = value column,
-// kPrepThreads == kVs) copied for the scan warps, which form V_new^T = (v^T - S^T kw^T) Tb^T
-// themselves (scan_chunk_wg): the prepare forms neither W nor U there. Transition rows (no U)
-// take Tb only.
+// The wgmma stage (kVs = 128 / 64): Tb and v^T (bf16 token pairs) copied for the scan warps,
+// which form V_new^T = (v^T - S^T kw^T) Tb^T themselves (scan_chunk_wg): the prepare forms neither
+// W nor U there. Thread i copies 16-byte halves (token pairs 0-3 or 4-7) of value column i % kVs;
+// transition rows (no U) take Tb only.
 template <int kVs>
-__device__ __forceinline__ void copy_tb_vt(const RawStage<kVs>& r, WgScanStage<kVs>& sb, int col,
+__device__ __forceinline__ void copy_tb_vt(const RawStage<kVs>& r, WgScanStage<kVs>& sb, int i,
                                            bool with_u) {
-  static_assert(kVs == kPrepThreads, "one prepare thread per value column");
+  constexpr int kParts = kPrepThreads / kVs;  // threads per value column
+  static_assert(kParts * kVs == kPrepThreads && (kParts == 1 || kParts == 2),
+                "every prepare thread copies whole halves of one value column");
 #pragma unroll
-  for (int e = col; e < kC * kC; e += kPrepThreads) sb.tb[e / kC][e % kC] = r.tb[e / kC][e % kC];
+  for (int e = i; e < kC * kC; e += kPrepThreads) sb.tb[e / kC][e % kC] = r.tb[e / kC][e % kC];
   if (!with_u) return;
-  uint32_t p[kC / 2];
+  const int col = i % kVs;
 #pragma unroll
-  for (int q = 0; q < kC / 2; ++q) p[q] = v_pair(r, 2 * q, col);
-  *reinterpret_cast<uint4*>(&sb.vt[col][0]) = make_uint4(p[0], p[1], p[2], p[3]);
-  *reinterpret_cast<uint4*>(&sb.vt[col][4]) = make_uint4(p[4], p[5], p[6], p[7]);
+  for (int h = i / kVs; h < 2; h += kParts) {
+    uint32_t p[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) p[q] = v_pair(r, 2 * (4 * h + q), col);
+    *reinterpret_cast<uint4*>(&sb.vt[col][4 * h]) = make_uint4(p[0], p[1], p[2], p[3]);
+  }
 }
 
 // -W = -Tb kw and U = Tb v for one warp of the group (mma.sync stages): its 32 key columns of W
