@@ -192,7 +192,8 @@ __device__ __forceinline__ void warp_sum_many(float (&v)[kN], int lane) {
 
 // The intra kernel's gate pass: gate_cumsum, the per-row anchor spans reduced over the
 // warp's 32 columns, the activated beta (threads 0..kC-1), and the row norms of q and k into
-// pp.rq / pp.rk (written to the workspace for the scan's prepare).
+// pp.rq (times the attention scale) / pp.rk (written to the workspace for the scan's
+// prepare).
 template <class Raw, class Priv>
 __device__ __forceinline__ void gate_scan(const PrefillArgs& a, Priv& pp, const Raw& r, int nvalid,
                                           float bias, float A, float beta_raw, int i,
@@ -223,7 +224,7 @@ __device__ __forceinline__ void gate_scan(const PrefillArgs& a, Priv& pp, const 
     const int idx = warp * kRows + lane / (32 / kRows);
     const float rn = a.l2norm ? device::rsqrt_approx(ss[0] + 1e-6f) : 1.0f;
     if (idx < kC)
-      pp.rq[idx] = rn;
+      pp.rq[idx] = rn * a.scale;  // the attention scale folded in: q^ scale = q (rq scale)
     else
       pp.rk[idx - kC] = rn;
   }

@@ -28,7 +28,7 @@ __device__ __forceinline__ void anchored_operands(const PrefillArgs& a, PrepPriv
 #pragma unroll
   for (int row = 0; row < kC; ++row) {
     const float kn = bf16_bits_to_f32(r.k[row][i]) * pp.rk[row];
-    const float qn = bf16_bits_to_f32(r.q[row][i]) * pp.rq[row] * a.scale;
+    const float qn = bf16_bits_to_f32(r.q[row][i]) * pp.rq[row];  // rq includes the scale
     const float anchor = row < kHalf ? 0.0f : g7;
     const float e = ex2_approx(Gr[row] - anchor);  // <= 1
     pp.kt[row][i] = tf32_operand(kn * e);
@@ -115,7 +115,7 @@ __device__ __forceinline__ void exact_rows(const PrefillArgs& a, PrepPrivate& sm
       }
       if (lane == 0) {
         if (s < row) sm.nmat[row][s] = sm.beta[row] * sk;
-        sm.aqk[row][s] = tf32_operand(a.scale * sq);
+        sm.aqk[row][s] = tf32_operand(sq);  // rq includes the scale
       }
     }
   }
