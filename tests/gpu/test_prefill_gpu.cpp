@@ -306,7 +306,7 @@ TEST(PrefillGpu, Varlen) {
 }
 
 // Every value split (kVs = 128, 64, 32 value rows per CTA): the small cases above fill at most 32
-// heads and so always take vsplit = 4; FASTKDA_PREFILL_VSPLIT forces the others.
+// heads and so always take vsplit = 2 (the plan's cheapest); FASTKDA_PREFILL_VSPLIT forces each.
 TEST(PrefillGpu, EveryValueSplit) {
   FASTKDA_REQUIRE_GPU();
   for (const char* vs : {"1", "2", "4"}) {

@@ -175,20 +175,12 @@ int sm_count(int device) {
   return n;
 }
 
-// CTAs per (sequence, value head): split V (one CTA per SM) only while the grid still fits in
-// one wave, at most 4 ways (each CTA repeats the light prepare work of its head).
-// FASTKDA_PREFILL_VSPLIT=1|2|4 overrides it; 0 returned when not forced.
+// CTAs per (sequence, value head): FASTKDA_PREFILL_VSPLIT=1|2|4 forces the value split (1, 2 or
+// 4 CTAs of kVs = 128, 64 or 32 value rows); 0 returned when not forced (choose_split decides).
 int env_vsplit() {
   return int(env_knob("FASTKDA_PREFILL_VSPLIT", "1, 2 or 4",
                       [](int64_t v) { return v == 1 || v == 2 || v == 4; })
                  .value_or(0));
-}
-
-int choose_vsplit(int64_t heads_total, int sms, int forced) {
-  if (forced) return forced;
-  if (4 * heads_total <= sms) return 4;
-  if (2 * heads_total <= sms) return 2;
-  return 1;
 }
 
 // The launch plan: value split and split T (segments of seg_chunks chunks; 0: none).
@@ -211,46 +203,58 @@ bool use_longest_first(const ForwardParams& p, int64_t num_seq, const Plan& plan
   return forced ? *forced == 1 : num_seq * p.HV * plan.vsplit > sms;
 }
 
-// Split T pays when there are too few (sequence, head) pairs to fill the GPU and the sequences are
-// long. Cost model from the measured time of one 16-token chunk of a scan CTA with kVs value rows
-// (one CTA per SM, docs/prefill.md; H200, session 8: scan time less the intra kernel of H32 T16384
-// unsplit at kVs = 32, H64 fixed T8192 at kVs = 64, and H32 T16384 / T65536 split at kVs = 128):
-// ~1.15 / 1.34 / 1.45 us for kVs = 32 / 64 / 128. Unsplit: one CTA walks all chunks. Split into
-// nseg segments of kVs = 128 CTAs: pass 1 runs heads x (2 nseg - 3) CTAs without outputs (~0.85 of
-// a chunk's time), pass 2 heads x nseg CTAs, in whole waves, plus ~3 us per segment to combine and
-// ~50 us for the extra passes (fitted: H32 T4096 split at 1024 tokens measured 0.410 ms against
-// 0.381 unsplit at kVs = 32, T16384 1.286 against 1.469, T65536 5.333 against 5.860). Lengths are
-// known only on average for varlen (cu_seqlens stays on the device).
-// FASTKDA_PREFILL_SEG=<tokens, a multiple of 64> forces a segment length, 0 none.
+// The value split and split T from one cost model of the scan passes (H200, refitted in session 9
+// from forced plans, bench/results/2026-11-29_s9_ab2): a 16-token chunk of a scan CTA (one CTA
+// per SM) takes ~1.45 / 1.00 / 1.15 us at kVs = 128 / 64 / 32 (kVs = 64 on the wgmma scan since
+// session 9: H32 T16384 and T65536 unsplit at vsplit 2, less the intra kernel), CTAs run in whole
+// waves, and each wave costs ~20 us more (start state, pipeline fill, state stores). Unsplit: one
+// CTA walks all chunks of its (sequence, head, value slice). Split into nseg segments: pass 1 runs
+// heads x vsplit x (2 nseg - 3) CTAs without outputs (~0.85 of a chunk's time), pass 2
+// heads x vsplit x nseg CTAs, and the combine ~8.5 us per segment (least squares over 12 forced
+// splits of H4 / H8 / H32 at 1024 - 4096-token segments: within ~30 us of each, except 100 us
+// at H32 T65536 with 4096 tokens). Split only under 0.97 of the best unsplit estimate (measured
+// at the edge: H32 T16384 split 1.280 ms, unsplit 1.320). Lengths are known only on average for
+// varlen (cu_seqlens stays on the device). FASTKDA_PREFILL_VSPLIT forces the value split (of
+// both), FASTKDA_PREFILL_SEG=<tokens, a multiple of 64> a segment length, 0 none.
 Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
   Plan plan;
   const int64_t heads = num_seq * p.HV;
   const int forced_vs = env_vsplit();  // 0: not forced
-  plan.vsplit = choose_vsplit(heads, sms, forced_vs);
-  if (num_seq <= 0) return plan;
   const int64_t interval = ForwardParams::kBoundaryInterval;
-  if (const std::optional<int64_t> tokens =
-          env_knob("FASTKDA_PREFILL_SEG", "0 or a multiple of 64 tokens up to 2^24", [&](int64_t v) {
-            return v >= 0 && v % interval == 0 && v <= (int64_t(1) << 24);
-          })) {
-    plan.seg_chunks = int(*tokens / prefill_cuda::kC);
+  const std::optional<int64_t> forced_seg =
+      env_knob("FASTKDA_PREFILL_SEG", "0 or a multiple of 64 tokens up to 2^24", [&](int64_t v) {
+        return v >= 0 && v % interval == 0 && v <= (int64_t(1) << 24);
+      });
+  const double chunks = num_seq > 0 ? double(p.B * p.T) / double(num_seq) / prefill_cuda::kC : 0;
+  auto waves = [&](int64_t ctas) { return double((ctas + sms - 1) / sms); };
+  auto chunk_us = [](int vsplit) { return vsplit == 4 ? 1.15 : vsplit == 2 ? 1.00 : 1.45; };
+  constexpr double kWaveUs = 20.0, kSegmentUs = 8.5;
+  auto split_us = [&](int vs, int seg_chunks) {
+    const int64_t nseg = int64_t(std::ceil(chunks / seg_chunks));
+    return waves(heads * vs * (2 * nseg - 3)) * (seg_chunks * 0.85 * chunk_us(vs) + kWaveUs) +
+           waves(heads * vs * nseg) * (seg_chunks * chunk_us(vs) + kWaveUs) + kSegmentUs * nseg;
+  };
+  double whole = 0;  // the best unsplit estimate
+  for (int vs : {1, 2, 4}) {
+    if (forced_vs && vs != forced_vs) continue;
+    const double t = waves(heads * vs) * (chunks * chunk_us(vs) + kWaveUs);
+    if (whole == 0 || t < whole) whole = t, plan.vsplit = vs;
+  }
+  if (forced_seg) {  // a forced segment length runs at the forced value split, else 1
+    plan.seg_chunks = int(*forced_seg / prefill_cuda::kC);
     if (plan.seg_chunks > 0) plan.vsplit = forced_vs ? forced_vs : 1;
     return plan;
   }
-  const double chunks = double(p.B * p.T) / double(num_seq) / prefill_cuda::kC;  // per sequence
-  auto waves = [&](int64_t ctas) { return double((ctas + sms - 1) / sms); };
-  auto chunk_us = [](int vsplit) { return vsplit == 4 ? 1.15 : vsplit == 2 ? 1.34 : 1.45; };
-  const double whole = waves(heads * plan.vsplit) * chunks * chunk_us(plan.vsplit);
-  const int vs = forced_vs ? forced_vs : 1;  // value split of the split-T passes
-  double best = 0.9 * whole;                       // split only for a clear gain
-  for (int seg_tokens = 512; seg_tokens <= 8192; seg_tokens += 256) {
-    const int seg_chunks = seg_tokens / prefill_cuda::kC;
-    const int64_t nseg = int64_t(std::ceil(chunks / seg_chunks));
-    if (nseg < 3) continue;
-    const double t = waves(heads * vs * (2 * nseg - 3)) * seg_chunks * 0.85 * chunk_us(vs) +
-                     waves(heads * vs * nseg) * seg_chunks * chunk_us(vs) + 3.0 * double(nseg) +
-                     50.0;
-    if (t < best) best = t, plan.seg_chunks = seg_chunks, plan.vsplit = vs;
+  if (num_seq <= 0) return plan;
+  double best = 0.97 * whole;  // split only for a gain
+  for (int vs : {1, 2, 4}) {
+    if (forced_vs && vs != forced_vs) continue;
+    for (int seg_tokens = 512; seg_tokens <= 8192; seg_tokens += 256) {
+      const int seg_chunks = seg_tokens / prefill_cuda::kC;
+      if (std::ceil(chunks / seg_chunks) < 3) continue;
+      if (const double t = split_us(vs, seg_chunks); t < best)
+        best = t, plan.seg_chunks = seg_chunks, plan.vsplit = vs;
+    }
   }
   return plan;
 }
