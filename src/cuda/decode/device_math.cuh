@@ -83,10 +83,7 @@ __device__ __forceinline__ void store_state_chunk(uint16_t* p, float4 s) {
   __stcs(reinterpret_cast<uint2*>(p), u);
 }
 
-// L2 prefetch of the 128-byte line holding p (a hint: no register, no wait).
-__device__ __forceinline__ void prefetch_l2(const void* p) {
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-}
+using device::prefetch_l2;  // L2 prefetch of the 128-byte line holding p (device/ptx.cuh)
 
 // ---- float4 arithmetic -------------------------------------------------------------------------
 __device__ __forceinline__ float4 mul4(float4 a, float4 b) {

@@ -125,6 +125,10 @@ __device__ __forceinline__ void tma_load_3d(void* smem_dst, const void* tmap, in
       "r"(static_cast<uint32_t>(__cvta_generic_to_shared(mbar)))
       : "memory");
 }
+// L2 prefetch of the 128-byte line holding p (a hint: no register, no wait).
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
 // `bytes` contiguous bytes global -> shared (16-byte aligned, a multiple of 16), on `mbar`.
 __device__ __forceinline__ void bulk_load(void* smem_dst, const void* gmem_src, uint32_t bytes,
                                           uint64_t* mbar) {

@@ -299,6 +299,11 @@ __global__ void __launch_bounds__(block_threads<kVs>(), 1)
     for (int64_t cta = blockIdx.x; cta < a.jobs; cta += stride) {
       const ScanJob job = job_of<kVs, kPass>(a, cta);
       if (!job.valid) continue;  // uniform over the CTA
+      // Persistent grid: group 0 reaches a job a few chunks before the scan warps, which then
+      // load its start state (load_state, HBM latency on their serial path): prefetched into L2
+      // here. PENDING (session 8): not measured.
+      if (p == 0 && stride < a.jobs)
+        prefetch_state_slice<kVs>(job.init, job.row0, threadIdx.x - p * kPrepThreads);
       const int first = job.c0 + (p - flat % kGroups + kGroups) % kGroups;
       prepare_job<kVs, kPass>(a, sm, p, job, first, prepared, phases);
       flat += job.c1 - job.c0;

@@ -61,6 +61,25 @@ __device__ __forceinline__ void load_state(StateRef src, bool identity, int row,
     }
 }
 
+// L2 prefetch, by the kPrepThreads threads of a prepare group (thread i), of the rows
+// row0 .. row0 + kVs - 1 of a start state that the scan warps will load (load_state). A hint:
+// nothing for a null state.
+template <int kVs>
+__device__ __forceinline__ void prefetch_state_slice(StateRef src, int row0, int i) {
+  if (!src.ptr) return;
+  const int esz = src.f32 ? 4 : 2;
+  const char* base = static_cast<const char*>(src.ptr);
+  if (!src.k_first) {  // kVs value rows of kK keys: one contiguous block
+    const char* block = base + state_elem(false, row0, 0) * esz;
+    for (int off = 128 * i; off < kVs * kK * esz; off += 128 * kPrepThreads)
+      device::prefetch_l2(block + off);
+  } else {  // kK key rows of kVs contiguous values (64 .. 512 bytes)
+    const int lines = (kVs * esz + 127) / 128;
+    for (int l = i; l < kK * lines; l += kPrepThreads)
+      device::prefetch_l2(base + state_elem(true, row0, l / lines) * esz + 128 * (l % lines));
+  }
+}
+
 template <int kTilesK>
 __device__ __forceinline__ void store_state(StateRef dst, int row, int k0,
                                             const float (&S)[kTilesK][4]) {
