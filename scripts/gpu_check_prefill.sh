@@ -60,14 +60,15 @@ for s in $steps; do
         awk '{v=$NF; $NF=""; if (!(($0) in m) || v+0 > m[$0]) m[$0]=v+0} END {for (k in m) print m[k], k}' |
         sort -g | tail -8)"$'\n' ;;
     sanitize|racecheck)
-      # PrefillGpu.Varlen as it is (its small cases run vsplit 4: kVs = 32), with the value split
-      # forced to 1 (kVs = 128: the wgmma scan) and 2 (kVs = 64), and with split T forced
-      # (FASTKDA_PREFILL_SEG=64: transition pass, combine, output pass on every case).
+      # PrefillGpu.Varlen with the value split forced to 1, 2 and 4 (kVs = 128, 64: the wgmma
+      # scan; kVs = 32: the key-split mma.sync scan; its small cases take vsplit 2 by default) and
+      # with split T forced (FASTKDA_PREFILL_SEG=64: transition pass, combine, output pass on every
+      # case).
       tools="memcheck racecheck"; [ "$s" = racecheck ] && tools=racecheck
       for tool in $tools; do
-        for cfg in default vs1 vs2 seg64; do
+        for cfg in vs1 vs2 vs4 seg64; do
           vs=""; seg=""
-          case $cfg in vs1) vs=1 ;; vs2) vs=2 ;; seg64) seg=64 ;; esac
+          case $cfg in vs1) vs=1 ;; vs2) vs=2 ;; vs4) vs=4 ;; seg64) seg=64 ;; esac
           log="$OUT/sanitize_${tool}_$cfg.log"
           FASTKDA_PREFILL_VSPLIT=$vs FASTKDA_PREFILL_SEG=$seg timeout 150 compute-sanitizer \
             --tool $tool --error-exitcode 9 "$BIN" --gtest_filter=PrefillGpu.Varlen > "$log" 2>&1
