@@ -5,8 +5,10 @@
 #   scripts/gpu_check_prefill.sh [tests] [seeds] [sanitize|racecheck] [bench] [fla]
 #   env: BENCH_FILTER (shape substring), FLA_FILTER, TEST_FILTER (gtest filter), BIN (test binary),
 #        SEEDS (seeds step: how many pinned seeds, default 10), FLA_CACHE_OUT=1 (return fla's
-#        Triton cache in parts; carry .triton-cache in later calls to skip its autotuning)
-#   scripts/gpu_check_prefill.sh unpack-triton DIR   here: .triton-cache from a call's parts
+#        Triton cache in parts; copy them into .triton-cache here and carry it in later calls
+#        to skip fla's autotuning)
+#   scripts/gpu_check_prefill.sh unpack-triton DIR   here: .triton-cache unpacked from a call's
+#        parts (too large to carry once unpacked at ~190 MB; for inspection)
 # Full logs go to $OUT (or ./gpu_out); a short summary is printed last.
 set -uo pipefail
 if [ "${1:-}" = unpack-triton ]; then  # here: .triton-cache from the parts a device call returned
@@ -76,7 +78,9 @@ for s in $steps; do
         done
       done ;;
     bench)
-      FASTKDA_BENCH_FILTER=${BENCH_FILTER:-} FASTKDA_BENCH_VSPLITS=${VSPLITS:-1,2,4} timeout 150 "$BIN" \
+      vsplits=${VSPLITS-1,2,4}  # forced value splits for extra rows (unset: 1,2,4; empty: none)
+      env FASTKDA_BENCH_FILTER="${BENCH_FILTER:-}" ${vsplits:+FASTKDA_BENCH_VSPLITS=$vsplits} \
+        timeout 150 "$BIN" \
         --gtest_also_run_disabled_tests --gtest_filter='PrefillBench.*' > "$OUT/fastkda_bench.txt" 2>&1
       summary+="bench rc=$?"$'\n'"$(grep -E '^(BENCH|HOST)' "$OUT/fastkda_bench.txt")"$'\n' ;;
     fla)
@@ -89,7 +93,14 @@ for s in $steps; do
       # TRITON_CACHE_DIR: seeded from a carried .triton-cache, and with FLA_CACHE_OUT=1 packed
       # into $OUT as triton_cache.tgz.part-* (15 MB each: a device call returns files up to 16 MB).
       export TRITON_CACHE_DIR=/tmp/triton_cache
-      [ -d .triton-cache ] && mkdir -p "$TRITON_CACHE_DIR" && cp -r .triton-cache/. "$TRITON_CACHE_DIR"/
+      # .triton-cache holds the parts as they came back (~30 MB; unpacked it is ~190 MB, over the
+      # 64 MiB carry) or, after unpack-triton, the cache itself.
+      mkdir -p "$TRITON_CACHE_DIR"
+      if ls .triton-cache/triton_cache.tgz.part-* > /dev/null 2>&1; then
+        cat .triton-cache/triton_cache.tgz.part-* | tar xzf - -C "$TRITON_CACHE_DIR"
+      elif [ -d .triton-cache ]; then
+        cp -r .triton-cache/. "$TRITON_CACHE_DIR"/
+      fi
       FLA_FLASH_KDA=0 PYTHONUNBUFFERED=1 timeout ${FLA_TIMEOUT:-420} python3 bench/bench_prefill.py \
         --fastkda "$OUT/fastkda_bench.txt" --filter "${FLA_FILTER:-}" --out "$OUT/table.md" \
         > "$OUT/fla_bench.log" 2>&1
