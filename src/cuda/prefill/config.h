@@ -214,7 +214,8 @@ struct ScanStage {
   float decay[kK];             // 2^G_C
 };
 
-// The wgmma scan (kVs = 128: two warpgroups of scan warps, device/wgmma.cuh) reads its B
+// The wgmma scan (kVs = 128: two warpgroups of scan warps, kVs = 64: one; device/wgmma.cuh) reads
+// its B
 // operands in the no-swizzle K-major core-matrix layout: core matrix (n / 8, k / kPerCore) of
 // 8 rows x 16 bytes at (n / 8) * sbo + (k / kPerCore) * 128 bytes. Its tf32 operands keep the keys
 // (or source tokens) of every group of 8 in the order the accumulators feed them: slot t holds
@@ -222,16 +223,17 @@ struct ScanStage {
 template <int kVs>
 constexpr bool uses_wgmma() {
   // Measured on the H200 (A/B, session 4, after removing ptxas' C7520 serialisation): kVs = 128
-  // rows 7-10 % faster than mma.sync; kVs = 64 (one warpgroup) no faster (H64 fixed T8192 1.250
-  // vs 1.237 ms). PENDING (session 8, not measured): kVs = 64 on wgmma again, now that the wgmma
-  // stage has no W / U in the prepare (-15 % at kVs = 128).
+  // rows 7-10 % faster than mma.sync; kVs = 64 (one warpgroup) then no faster (H64 fixed T8192
+  // 1.250 vs 1.237 ms). Session 9, with the no-W/U stage: kVs = 64 on wgmma 17 % faster (H64 fixed
+  // T8192 0.974 -> 0.811 ms; ~1.00 us per chunk against 1.34 on mma.sync).
   return kVs >= 64;
 }
-// RawStage::v at kVs = 64 / 32 in blocks of 8 columns, [kVs / 8][kC][8], as a 3-D TMA box lands
-// them (launch.cu tensor_map, blocks8): the U products' B fragments (rows 2t, 2t + 1, column g of
-// a block) fall in banks 8t + g / 2 (+ 4) instead of 4-way conflicts. At kVs = 128 the prepare
-// forms no U; its v^T copy (copy_tb_vt: thread = column, one row at a time) is conflict-free in
-// row-major order and 4-way conflicted in blocks, so v stays row-major there.
+// RawStage::v at kVs = 32 in blocks of 8 columns, [kVs / 8][kC][8], as a 3-D TMA box lands them
+// (launch.cu tensor_map, blocks8): the U products' B fragments (rows 2t, 2t + 1, column g of a
+// block) fall in banks 8t + g / 2 (+ 4) instead of 4-way conflicts. On the wgmma stage
+// (kVs = 128 / 64) the prepare forms no U; its v^T copy (copy_tb_vt: thread = column, one row at a
+// time) is conflict-free in row-major order and 4-way conflicted in blocks, so v stays row-major
+// there.
 template <int kVs>
 constexpr bool v_in_blocks() {
   return !uses_wgmma<kVs>();

@@ -5,8 +5,9 @@
 //   raw q, k, v, g, Tb, A_qk, row norms (smem, TMA)  ->  G             (common.cuh gate_cumsum)
 //                                              ->  scan_operands: qs = scale q^ . 2^G,
 //                                                  ke = (k^ . 2^(G_C - G))^T, decay = 2^G_C, A_qk,
-//                                                  -W = -Tb (k^ . 2^G), U = Tb v  (split-bf16 MMA;
-//                                                  kVs = 128: kw = k^ . 2^G, copies of Tb, v^T)
+//                                                  kVs = 32: -W = -Tb (k^ . 2^G), U = Tb v
+//                                                  (split-bf16 MMA); kVs = 128 / 64: kw = k^ . 2^G,
+//                                                  copies of Tb, v^T
 #pragma once
 
 #include "cuda/prefill/common.cuh"

@@ -284,13 +284,13 @@ __device__ __forceinline__ void scan_chunk(const PrefillArgs& a, const ScanStage
   }
 }
 
-// The same chunk on wgmma (kVs = 128): the 4 warps of a warpgroup own 64 value rows, each warp's
-// registers exactly as in scan_chunk (the wgmma accumulator and A layouts are the mma.sync ones); B
-// operands come from the WgScanStage layouts (config.h) through descriptors. The A registers of a
-// wgmma must stay untouched until it completes, so V_new^T and O^T run in 2 batches of 8 key tiles
-// (32 registers of A per batch: within the scan warpgroups' 144 registers, no spill; under the
-// earlier flat 128-register cap it was 4 batches of 4). The state update's wgmma reads ke from the
-// stage: it is waited for before returning, so the caller may release the stage.
+// The same chunk on wgmma (kVs = 128 / 64): the 4 warps of a warpgroup own 64 value rows, each
+// warp's registers exactly as in scan_chunk (the wgmma accumulator and A layouts are the mma.sync
+// ones); B operands come from the WgScanStage layouts (config.h) through descriptors. The A
+// registers of a wgmma must stay untouched until it completes, so V_new^T and O^T run in 2 batches
+// of 8 key tiles (32 registers of A per batch: within the scan warpgroups' 144 / 176 registers, no
+// spill; under the earlier flat 128-register cap it was 4 batches of 4). The state update's wgmma
+// reads ke from the stage: it is waited for before returning, so the caller may release the stage.
 template <int kVs, bool kOut>
 __device__ __forceinline__ void scan_chunk_wg(const PrefillArgs& a, const WgScanStage<kVs>& sb,
                                               uint16_t (&ostage)[kC][kLdOut], float (&S)[kK / 8][4],
