@@ -20,7 +20,8 @@ Products (S is the K x V state, f32 between chunks; C tokens per chunk):
     S    = 2^(G_C) . S + (k^ . 2^(G_C - G))^T V_new              mode "su"
 Modes: "f32" (operands f32), "tf32" (round to nearest away, 10 mantissa bits), "tf32_bt" (the
 right operand, the scan's register operand S or V_new, truncated instead: raw f32 bits), "bf16",
-"bf16x3" (split hi + lo bf16: hi.hi + hi.lo + lo.hi), "bf16x2" (A split, B bf16). "reassoc" /
+"bf16x3" (split hi + lo bf16: hi.hi + hi.lo + lo.hi), "bf16x2" (A split, B bf16), "bf16x2b"
+(A bf16, B split). "reassoc" /
 "ks": V_new = U - Tb (kw S) instead of U - W S (chunk_step). Split-T
 (segments run independently, then combined; see chunked()): modes "combine" and "fix".
 
@@ -63,6 +64,10 @@ def mm(a, b, mode):
         r = tf32(a).astype(np.float64) @ tf32_trunc(b).astype(np.float64)
     elif mode == "bf16":
         r = bf16(a).astype(np.float64) @ bf16(b).astype(np.float64)
+    elif mode == "bf16x2b":  # a bf16, b split hi + lo
+        bh = bf16(b)
+        ah = bf16(a).astype(np.float64)
+        r = ah @ bh.astype(np.float64) + ah @ bf16(b - bh).astype(np.float64)
     elif mode in ("bf16x3", "bf16x2"):
         ah = bf16(a)
         al = bf16(a - ah)
@@ -274,6 +279,22 @@ CONFIGS = {  # name: (C, modes[, split-T segment tokens])
     "C16 kept, V_new = Tb (v - kw S): kw S tf32, Tb (.) bf16x3": (
         16,
         {**KEPT, "ks": "tf32", "reassoc_v": "bf16x3"},
+    ),
+    "C16 kept, V_new = Tb (v - kw S), O's S qs part bf16": (
+        16,
+        {**KEPT, "ks": "tf32", "reassoc_v": "bf16x3", "qs": "bf16"},
+    ),
+    "C16 kept, V_new = Tb (v - kw S), O's S qs and A_qk V_new parts bf16": (
+        16,
+        {**KEPT, "ks": "tf32", "reassoc_v": "bf16x3", "qs": "bf16", "av": "bf16"},
+    ),
+    "C16 kept, V_new = Tb (v - kw S), state update ke split, V_new bf16 (2 MMAs)": (
+        16,
+        {**KEPT, "ks": "tf32", "reassoc_v": "bf16x3", "su": "bf16x2"},
+    ),
+    "C16 kept, V_new = Tb (v - kw S), state update V_new split, ke bf16 (2 MMAs)": (
+        16,
+        {**KEPT, "ks": "tf32", "reassoc_v": "bf16x3", "su": "bf16x2b"},
     ),
     "C64 same precisions": (64, KEPT),
     "C64 same, Tb by 16-blocks, tf32 products": (64, {**KEPT, "solve": "tf32"}),
