@@ -215,11 +215,10 @@ struct ScanStage {
 };
 
 // The wgmma scan (kVs = 128: two warpgroups of scan warps, kVs = 64: one; device/wgmma.cuh) reads
-// its B
-// operands in the no-swizzle K-major core-matrix layout: core matrix (n / 8, k / kPerCore) of
-// 8 rows x 16 bytes at (n / 8) * sbo + (k / kPerCore) * 128 bytes. Its tf32 operands keep the keys
-// (or source tokens) of every group of 8 in the order the accumulators feed them: slot t holds
-// index 2t, slot t + 4 index 2t + 1 (wg_slot).
+// its B operands in the no-swizzle K-major core-matrix layout: core matrix (n / 8, k / kPerCore)
+// of 8 rows x 16 bytes at (n / 8) * sbo + (k / kPerCore) * 128 bytes. Its tf32 operands keep the
+// keys (or source tokens) of every group of 8 in the order the accumulators feed them: slot t
+// holds index 2t, slot t + 4 index 2t + 1 (wg_slot).
 template <int kVs>
 constexpr bool uses_wgmma() {
   // Measured on the H200 (A/B, session 4, after removing ptxas' C7520 serialisation): kVs = 128
