@@ -141,10 +141,10 @@ __device__ __forceinline__ void store_out_tile(const PrefillArgs& a, uint16_t (&
         *reinterpret_cast<const uint4*>(&ostage[tok][8 * half]);
 }
 
-// One chunk of the scan for this warp's 16 rows of S^T (column `vc` of the CTA's slice). With
-// kOut, O^T goes to `ostage` (bf16) and from there to out with 16-byte stores (valid rows only);
-// without (the split-T transition pass) only V_new and the state update run. Without with_u,
-// U = 0 (the identity rows of a transition).
+// One chunk of the mma.sync scan (kVs = 32; kVs = 64 / 128 run scan_chunk_wg) for this warp's
+// 16 rows of S^T (column `vc` of the CTA's slice). With kOut, O^T goes to `ostage` (bf16) and from
+// there to out with 16-byte stores (valid rows only); without (the split-T transition pass) only
+// V_new and the state update run. Without with_u, U = 0 (the identity rows of a transition).
 // Key split (key_split<kVs>() == 2, config.h): the warp holds keys 64 kh .. 64 kh + 63 of its rows
 // (S: 8 tiles); the V_new^T and O^T partials over them are exchanged with the partner warp (the
 // other key half) through `xch` (parity = chunk parity) and summed in key-half order, so both
@@ -157,6 +157,7 @@ __device__ __forceinline__ void scan_chunk(const PrefillArgs& a, const ScanStage
                                            float4 (*xch)[2][4][32], int parity) {
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   constexpr int kSplit = key_split<kVs>();
+  static_assert(kSplit == 2, "the mma.sync scan runs with the key split only (kVs = 32)");
   constexpr int kTilesK = kK / 8 / kSplit;  // key tiles of this warp
   const int j0 = kh * kTilesK;              // its first key tile
   constexpr int kTiles = kC / 8;            // token tiles per chunk
@@ -170,8 +171,7 @@ __device__ __forceinline__ void scan_chunk(const PrefillArgs& a, const ScanStage
     u[m][3] = with_u ? sb.u[8 * m + 2 * t + 1][vc + g + 8] : 0.0f;
 #pragma unroll
     for (int f = 0; f < 4; ++f) {
-      vn[0][m][f] = kSplit == 1 ? u[m][f] : 0.0f;  // the key split adds U after the exchange
-      vn[1][m][f] = o[0][m][f] = o[1][m][f] = 0.0f;
+      vn[0][m][f] = vn[1][m][f] = o[0][m][f] = o[1][m][f] = 0.0f;  // U after the exchange
     }
   }
   // V_new^T = U^T - S^T W^T and the inter-chunk part of O^T, sharing the S^T fragments.
@@ -194,16 +194,15 @@ __device__ __forceinline__ void scan_chunk(const PrefillArgs& a, const ScanStage
       vn[0][m][f] += vn[1][m][f];
       o[0][m][f] += o[1][m][f];
     }
-  // Key split: every stage operand still to be read (A_qk, the decays and ke of the warp's keys) is
-  // loaded before the pair barrier. Read after it, compute-sanitizer racecheck reports them as
+  // Every stage operand still to be read (A_qk, the decays and ke of the warp's keys) is loaded
+  // before the pair barrier. Read after it, compute-sanitizer racecheck reports them as
   // racing with the prepare's writes of the stage's next chunk (ordered by the scan's Empty arrive
   // after these reads and the prepare's Empty wait before its writes), as it did for session 2's
   // key split; with the loads before the barrier it reports none.
-  constexpr int kLate = kSplit == 2 ? kTilesK : 1;
-  float2 aq[kTiles * (kTiles + 1) / 2], dec[kLate];
-  uint32_t keh[kLate][2], kel[kLate][2];
-  if constexpr (kSplit == 2) {
-    const int p0 = ke_col(g, t);  // pairs t and t + 4 (config.h)
+  float2 aq[kTiles * (kTiles + 1) / 2], dec[kTilesK];
+  uint32_t keh[kTilesK][2], kel[kTilesK][2];
+  {
+    const int p0 = ke_col(g, t);  // pairs t and t + 4 of rows 8j + g, side by side (config.h)
 #pragma unroll
     for (int j = 0; j < kTilesK; ++j) {
       dec[j] = *reinterpret_cast<const float2*>(&sb.decay[8 * (j0 + j) + 2 * t]);
@@ -219,7 +218,7 @@ __device__ __forceinline__ void scan_chunk(const PrefillArgs& a, const ScanStage
         for (int mk = 0; mk <= m; ++mk, ++e)
           aq[e] = *reinterpret_cast<const float2*>(&sb.aqk[8 * m + g][8 * mk + 2 * t]);
   }
-  if constexpr (kSplit == 2) {
+  {
     // This warp's partials out, the partner's in (one pair barrier), summed in key-half order.
     float4* mine = xch[parity][kh][0] + lane;
     const float4* other = xch[parity][kh ^ 1][0] + lane;
@@ -251,11 +250,9 @@ __device__ __forceinline__ void scan_chunk(const PrefillArgs& a, const ScanStage
     for (int m = 0, e = 0; m < kTiles; ++m)
 #pragma unroll
       for (int mk = 0; mk <= m; ++mk, ++e)
-        mma_f2(o[0][m], av[mk],
-               kSplit == 2 ? aq[e]
-                           : *reinterpret_cast<const float2*>(&sb.aqk[8 * m + g][8 * mk + 2 * t]));
+        mma_f2(o[0][m], av[mk], aq[e]);
 
-    store_out_tile(a, ostage, o[0], out_rows, nvalid, kSplit == 2 ? kh : -1);
+    store_out_tile(a, ostage, o[0], out_rows, nvalid, kh);
   }
 
   // S^T = S^T diag(decay) + V_new^T ke with split-bf16 operands (hi.hi + hi.lo + lo.hi, ~16
@@ -265,22 +262,12 @@ __device__ __forceinline__ void scan_chunk(const PrefillArgs& a, const ScanStage
   // as they are (row g / g + 8, tokens 2t, 2t + 1 and 8 + 2t, 8 + 2t + 1).
   uint32_t vh[4], vl[4];
   split_vnew(vn[0], vh, vl);
-  const int p0 = ke_col(g, t);  // pairs t and t + 4 of rows 8j + g, side by side (config.h)
 #pragma unroll
   for (int j = 0; j < kTilesK; ++j) {
-    if constexpr (kSplit == 2) {
-      decay_tile(S[j], dec[j]);
-      device::mma_m16n8k16_bf16(S[j], vl, keh[j][0], keh[j][1]);
-      device::mma_m16n8k16_bf16(S[j], vh, kel[j][0], kel[j][1]);
-      device::mma_m16n8k16_bf16(S[j], vh, keh[j][0], keh[j][1]);
-    } else {
-      decay_tile(S[j], *reinterpret_cast<const float2*>(&sb.decay[8 * j + 2 * t]));
-      const uint2 h = *reinterpret_cast<const uint2*>(&sb.ke_hi[8 * j + g][p0]);
-      const uint2 l = *reinterpret_cast<const uint2*>(&sb.ke_lo[8 * j + g][p0]);
-      device::mma_m16n8k16_bf16(S[j], vl, h.x, h.y);
-      device::mma_m16n8k16_bf16(S[j], vh, l.x, l.y);
-      device::mma_m16n8k16_bf16(S[j], vh, h.x, h.y);
-    }
+    decay_tile(S[j], dec[j]);
+    device::mma_m16n8k16_bf16(S[j], vl, keh[j][0], keh[j][1]);
+    device::mma_m16n8k16_bf16(S[j], vh, kel[j][0], kel[j][1]);
+    device::mma_m16n8k16_bf16(S[j], vh, keh[j][0], keh[j][1]);
   }
 }
 
