@@ -173,7 +173,8 @@ struct PrepPrivate {
   float ko[kHalf][kLdPrep];  // column operand, block (rows 8..15, cols 0..7): k^ . 2^(G_7 - G)
   float aqk[kC][kLdTok];     // lower-incl(scale q^ k^T . pairwise decays), tf32
   float nmat[kC][kLdN];      // N = strictly_lower(diag(beta) A')
-  float rq[kC], rk[kC];      // scale / ||q||, 1 / ||k|| per row (scale, 1 without l2norm)
+  alignas(16) float rq[kC];  // scale / ||q|| per row (scale without l2norm); 16-byte loads
+  alignas(16) float rk[kC];  // 1 / ||k|| per row (1 without l2norm)
   float beta[kC];            // activated beta (0 past the sequence end)
   uint32_t span[kPrepWarps][kC];  // per warp: max over its columns of anchor - G (f32 bits)
 };
@@ -195,7 +196,8 @@ template <int kVs>
 struct RawStage {
   float tb[kC][kC];     // Tb = (I + N)^-1 diag(beta) from the workspace
   float aqk[kC][kC];    // A_qk from the workspace
-  float rq[kC], rk[kC];  // scale / ||q||, 1 / ||k|| per row (no l2norm: scale, 1), workspace
+  alignas(16) float rq[kC];  // scale / ||q|| per row (no l2norm: scale), from the workspace
+  alignas(16) float rk[kC];  // 1 / ||k|| per row (no l2norm: 1), from the workspace
   uint16_t q[kC][kK];   // bf16
   uint16_t k[kC][kK];   // bf16
   uint16_t v[kC * kVs];  // bf16, this CTA's value columns: element v_index<kVs>(row, col)

@@ -25,10 +25,11 @@ __device__ __forceinline__ void anchored_operands(const PrefillArgs& a, PrepPriv
                                                   int i, const float (&Gr)[kC]) {
   using device::ex2_approx;
   const float g7 = Gr[kHalf - 1];
+  RowNorms rk{pp.rk}, rq{pp.rq};
 #pragma unroll
   for (int row = 0; row < kC; ++row) {
-    const float kn = bf16_bits_to_f32(r.k[row][i]) * pp.rk[row];
-    const float qn = bf16_bits_to_f32(r.q[row][i]) * pp.rq[row];  // rq includes the scale
+    const float kn = bf16_bits_to_f32(r.k[row][i]) * rk(row);
+    const float qn = bf16_bits_to_f32(r.q[row][i]) * rq(row);  // rq includes the scale
     const float anchor = row < kHalf ? 0.0f : g7;
     const float e = ex2_approx(Gr[row] - anchor);  // <= 1
     pp.kt[row][i] = tf32_operand(kn * e);

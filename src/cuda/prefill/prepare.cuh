@@ -150,10 +150,11 @@ __device__ __forceinline__ void scan_operands(const PrefillArgs& a, const RawSta
   constexpr bool kWg = uses_wgmma<kVs>();
   const float g15 = Gr[kC - 1];
   float ke[kC];  // f32, split into bf16 hi + lo below
+  RowNorms rk{r.rk}, rq{r.rq};
 #pragma unroll
   for (int row = 0; row < kC; ++row) {
-    const float kn = bf16_bits_to_f32(r.k[row][i]) * r.rk[row];
-    const float qn = bf16_bits_to_f32(r.q[row][i]) * r.rq[row];  // rq includes the scale
+    const float kn = bf16_bits_to_f32(r.k[row][i]) * rk(row);
+    const float qn = bf16_bits_to_f32(r.q[row][i]) * rq(row);  // rq includes the scale
     const float e0 = ex2_approx(Gr[row]);  // 2^G <= 1
     if constexpr (kWg)  // kw as the scan's tf32 operand (it forms S^T kw^T itself)
       *reinterpret_cast<float*>(sb.w + wg_tf32_offset(row, i, kWgSboKeys, kWgLboKeys)) =
