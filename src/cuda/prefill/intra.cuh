@@ -41,13 +41,15 @@ __device__ __forceinline__ void anchored_operands(const PrefillArgs& a, PrepPriv
 
 // Warp w: one 16 x 8 block of A' (w = 0, 1) or A_qk (w = 2, 3), column tile w % 2, by tf32 MMA over
 // the 128 key columns. Column tile 0 needs two column operands: kd (diagonal block, rows 0..7) and
-// ko (off-diagonal block, rows 8..15).
-__device__ __forceinline__ void intra_products(PrepPrivate& sm, const float (&kd)[kC][kLdPrep],
-                                               int i) {
+// ko (off-diagonal block, rows 8..15). The column tile is a template parameter (intra_products
+// below dispatches on it once): as a run-time condition around the second MMA, ptxas predicated
+// it and put a WARPSYNC beside every MMA of the loop (~124 per CTA, Nsight Compute session 9).
+template <int nt>
+__device__ __forceinline__ void intra_products_tile(PrepPrivate& sm,
+                                                    const float (&kd)[kC][kLdPrep], int i) {
   const int lane = i & 31, warp = i >> 5;
   const int g = lane >> 2, t = lane & 3;
   const bool is_qk = warp >= 2;
-  const int nt = warp & 1;
   const float(*X)[kLdPrep] = is_qk ? sm.qt : sm.kt;
   float acc0[2][4] = {}, acc1[2][4] = {};  // [even/odd k-step][fragment]: diag, off-diag
 #pragma unroll
@@ -57,7 +59,7 @@ __device__ __forceinline__ void intra_products(PrepPrivate& sm, const float (&kd
                             __float_as_uint(X[g][c + 4]), __float_as_uint(X[g + 8][c + 4])};
     const float* bd = kd[8 * nt + g];
     device::mma_m16n8k8_tf32(acc0[ks & 1], af, __float_as_uint(bd[c]), __float_as_uint(bd[c + 4]));
-    if (nt == 0) {
+    if constexpr (nt == 0) {
       const float* bo = sm.ko[g];
       device::mma_m16n8k8_tf32(acc1[ks & 1], af, __float_as_uint(bo[c]),
                                __float_as_uint(bo[c + 4]));
@@ -78,6 +80,13 @@ __device__ __forceinline__ void intra_products(PrepPrivate& sm, const float (&kd
     else
       sm.nmat[row][col] = col < row ? sm.beta[row] * val[f] : 0.0f;
   }
+}
+__device__ __forceinline__ void intra_products(PrepPrivate& sm, const float (&kd)[kC][kLdPrep],
+                                               int i) {
+  if ((i >> 5) & 1)
+    intra_products_tile<1>(sm, kd, i);
+  else
+    intra_products_tile<0>(sm, kd, i);
 }
 
 // True when row `row` of the chunk needs the exact pairwise form (span > kMaxAnchorSpan).

@@ -70,8 +70,13 @@ __global__ void __launch_bounds__(kPrepThreads, kIntraCtasPerSm)
     ws[2 * kC * kC + i] = sm.pp.rq[i];
     ws[2 * kC * kC + kC + i] = sm.pp.rk[i];
   }
+  // A fixed trip count (with `e = i; e < kC * kC` the loop was compiled for any i: ~50
+  // instructions per warp of index and 64-bit address arithmetic).
 #pragma unroll
-  for (int e = i; e < kC * kC; e += kPrepThreads) ws[kC * kC + e] = sm.pp.aqk[e / kC][e % kC];
+  for (int j = 0; j < kC * kC / kPrepThreads; ++j) {
+    const int e = i + j * kPrepThreads;
+    ws[kC * kC + e] = sm.pp.aqk[e / kC][e % kC];
+  }
 }
 
 }  // namespace fastkda::prefill_cuda
