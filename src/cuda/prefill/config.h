@@ -316,10 +316,19 @@ struct KeySplitExchange {
 };
 struct NoExchange {};
 
+// Scan stages: chunk f (of the CTA's sequence of chunks) goes through scan[f % scan_stages], and
+// the prepare group f % prep_groups writes it. kVs = 128 (two groups) has the shared memory for a
+// third stage, so that a group's writes of chunk f + 3 wait for the scan of chunk f, not f + 1.
+template <int kVs>
+constexpr int scan_stages() {
+  return kVs == 128 ? 3 : prep_groups<kVs>();
+}
+static_assert(scan_stages<32>() <= 3 && scan_stages<64>() <= 3 && scan_stages<128>() <= 3,
+              "barrier ids: kBarFull0 + s, kBarEmpty0 + s below kBarPrep0");
 template <int kVs>
 struct SharedPlan {
   RawStage<kVs> raw[prep_groups<kVs>()][2];   // group p: its chunks alternate raw[p][0], [p][1]
-  ScanStageOf<kVs> scan[prep_groups<kVs>()];  // chunk c in scan[c % groups]
+  ScanStageOf<kVs> scan[scan_stages<kVs>()];  // chunk f in scan[f % scan_stages]
   uint16_t ostage[scan_warps<kVs>()][kC][kLdOut];  // per scan warp: bf16 output tile, 16-B stores
   std::conditional_t<(key_split<kVs>() > 1), KeySplitExchange<kVs>, NoExchange> xch;
   uint64_t raw_full[prep_groups<kVs>()][2];  // mbarriers: the TMA loads into raw[p][b] landed

@@ -111,17 +111,17 @@ __device__ __forceinline__ ScanJob job_of(const PrefillArgs& a, int64_t cta) {
 }
 
 // The chunks of a CTA's jobs form one sequence (index f, `flat`); chunk f goes through stage
-// f % kGroups. Prepare group p of kGroups prepares the chunks with f % kGroups == p: in one job
+// f % kStages. Prepare group p of kGroups prepares the chunks with f % kGroups == p: in one job
 // chunks c, c + kGroups, ... from the first such c; its k-th chunk of the job in raw[p][k % 2]
-// (the next one loads while it works) and scan[p]. `prepared`: the chunks this group has handed
-// to the scan so far (from the second one on, it waits for the scan to release stage p). The
-// transition pass skips qs and A_qk (no outputs), and U for transition rows.
+// (the next one loads while it works). `flat0`: the flat index of the job's chunk c0; a stage
+// used before (f >= kStages) is written only after the scan released it. The transition pass
+// skips qs and A_qk (no outputs), and U for transition rows.
 // `phases`: bit b is the parity of the next completion of raw_full[p][b] (carried across jobs).
 template <int kVs, Pass kPass>
 __device__ __forceinline__ void prepare_job(const PrefillArgs& a, SharedPlan<kVs>& sm, int p,
-                                            const ScanJob& job, int first, int& prepared,
+                                            const ScanJob& job, int first, int flat0,
                                             uint32_t& phases) {
-  constexpr int kGroups = prep_groups<kVs>();
+  constexpr int kGroups = prep_groups<kVs>(), kStages = scan_stages<kVs>();
   constexpr int kThreads = handoff_threads<kVs>();  // one prepare group + the scan warps
   const int i = threadIdx.x - p * kPrepThreads;     // key column owned in the gate scan
   const int hv = job.hv, v0 = job.v0, c1 = job.c1;
@@ -148,7 +148,9 @@ __device__ __forceinline__ void prepare_job(const PrefillArgs& a, SharedPlan<kVs
   for (int c = first, k = 0; c < c1; c += kGroups, ++k) {
     const int buf = k & 1;
     RawStage<kVs>& raw = sm.raw[p][buf];
-    ScanStageOf<kVs>& sb = sm.scan[p];
+    const int f = flat0 + (c - job.c0);  // the chunk's flat index
+    const int st = f % kStages;
+    ScanStageOf<kVs>& sb = sm.scan[st];
     device::mbarrier_wait(&sm.raw_full[p][buf], (phases >> buf) & 1u);
     phases ^= 1u << buf;
     if (nvalid_of(c) < kC) zero_tail(a, raw, nvalid_of(c), i);  // the last chunk of a sequence
@@ -159,7 +161,7 @@ __device__ __forceinline__ void prepare_job(const PrefillArgs& a, SharedPlan<kVs
     // group's products, and compute-sanitizer racecheck sees the scan's reads of stage p ordered
     // before these writes (with the Empty wait alone it reports hazards on every stage write).
     device::bar_sync(bar_prep, kPrepThreads);
-    if (prepared++ > 0) device::bar_sync(kBarEmpty0 + p, kThreads);  // scan done with stage p
+    if (f >= kStages) device::bar_sync(kBarEmpty0 + st, kThreads);  // scan done with stage st
     scan_operands(a, raw, sb, i, Gr, kOutputs, with_u);
     // The wgmma scan reads the stage through the async proxy: order these generic writes first.
     if constexpr (uses_wgmma<kVs>()) device::fence_proxy_async_shared();
@@ -167,7 +169,7 @@ __device__ __forceinline__ void prepare_job(const PrefillArgs& a, SharedPlan<kVs
     // (the same release pattern compute-sanitizer racecheck verifies: bar.sync, then bar.arrive),
     // and every read of raw[p][buf] is done before it is refilled.
     device::bar_sync(bar_prep, kPrepThreads);
-    device::bar_arrive(kBarFull0 + p, kThreads);
+    device::bar_arrive(kBarFull0 + st, kThreads);
     issue(c + 2 * kGroups, buf);
   }
 }
@@ -198,13 +200,13 @@ __device__ __forceinline__ float4 (*key_exchange(SharedPlan<kVs>& sm, int p))[2]
 }
 
 // The scan of one job: chunk f of the CTA's sequence of chunks (prepare_job) is read from stage
-// f % kGroups and released if a later chunk (f + kGroups < total) will be written there
+// f % kStages and released if a later chunk (f + kStages < total) will be written there
 // (total < 0: this job is the CTA's only one).
 template <int kVs, Pass kPass>
 __device__ __forceinline__ void scan_job(const PrefillArgs& a, SharedPlan<kVs>& sm,
                                          const ScanJob& job, int& flat, int total) {
   if (total < 0) total = flat + job.c1 - job.c0;  // the CTA's only job
-  constexpr int kGroups = prep_groups<kVs>();
+  constexpr int kGroups = prep_groups<kVs>(), kStages = scan_stages<kVs>();
   constexpr int kThreads = handoff_threads<kVs>();  // one prepare group + the scan warps
   constexpr int kSplit = key_split<kVs>();
   const int ws = (threadIdx.x >> 5) - kPrepWarps * kGroups;
@@ -254,7 +256,7 @@ __device__ __forceinline__ void scan_job(const PrefillArgs& a, SharedPlan<kVs>& 
     const int c_end = c_next < c1 ? c_next : c1;
 #pragma unroll 1
     for (; c < c_end; ++c, ++flat) {
-      const int st = flat % kGroups;
+      const int st = flat % kStages;
       device::bar_sync(kBarFull0 + st, kThreads);
       const int nvalid =
           int(eos - (bos + int64_t(c) * kC) < kC ? eos - (bos + int64_t(c) * kC) : kC);
@@ -264,7 +266,7 @@ __device__ __forceinline__ void scan_job(const PrefillArgs& a, SharedPlan<kVs>& 
       else
         scan_chunk<kVs, kOutputs>(a, sm.scan[st], sm.ostage[ws], S, vc, out_c, nvalid, with_u, kh,
                                   key_exchange(sm, vc / 16), flat & 1);
-      if (flat + kGroups < total) device::bar_arrive(kBarEmpty0 + st, kThreads);
+      if (flat + kStages < total) device::bar_arrive(kBarEmpty0 + st, kThreads);
     }
   }
 
@@ -294,7 +296,7 @@ __global__ void __launch_bounds__(block_threads<kVs>(), 1)
     // their start state meanwhile (written before the intra kernel started).
     device::griddep_wait();
     const int p = threadIdx.x / kPrepThreads;
-    int flat = 0, prepared = 0;
+    int flat = 0;
     uint32_t phases = 0;
     for (int64_t cta = blockIdx.x; cta < a.jobs; cta += stride) {
       const ScanJob job = job_of<kVs, kPass>(a, cta);
@@ -305,7 +307,7 @@ __global__ void __launch_bounds__(block_threads<kVs>(), 1)
       if (p == 0 && stride < a.jobs)
         prefetch_state_slice<kVs>(job.init, job.row0, threadIdx.x - p * kPrepThreads);
       const int first = job.c0 + (p - flat % kGroups + kGroups) % kGroups;
-      prepare_job<kVs, kPass>(a, sm, p, job, first, prepared, phases);
+      prepare_job<kVs, kPass>(a, sm, p, job, first, flat, phases);
       flat += job.c1 - job.c0;
     }
   } else {
