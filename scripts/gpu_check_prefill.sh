@@ -6,7 +6,8 @@
 #   env: BENCH_FILTER (shape substring), FLA_FILTER, TEST_FILTER (gtest filter), BIN (test binary),
 #        SEEDS (seeds step: how many pinned seeds, default 10), FLA_CACHE_OUT=1 (return fla's
 #        Triton cache in parts; copy them into .triton-cache here and carry it in later calls
-#        to skip fla's autotuning)
+#        to skip fla's autotuning), SANITIZE_CFGS (sanitize step: subset of "vs1 vs2 vs4
+#        seg64 stream")
 #   scripts/gpu_check_prefill.sh unpack-triton DIR   here: .triton-cache unpacked from a call's
 #        parts (too large to carry once unpacked at ~190 MB; for inspection)
 # Full logs go to $OUT (or ./gpu_out); a short summary is printed last.
@@ -65,15 +66,17 @@ for s in $steps; do
       # PrefillGpu.Varlen with the value split forced to 1, 2 and 4 (kVs = 128, 64: the wgmma
       # scan; kVs = 32: the key-split mma.sync scan; its small cases take vsplit 2 by default) and
       # with split T forced (FASTKDA_PREFILL_SEG=64: transition pass, combine, output pass on every
-      # case).
+      # case); "stream": PrefillGpu.StreamedIntra (the streamed intra kernel at every value split
+      # and retire point; the sanitizer runs its two grids one after the other).
       tools="memcheck racecheck"; [ "$s" = racecheck ] && tools=racecheck
       for tool in $tools; do
-        for cfg in vs1 vs2 vs4 seg64; do
-          vs=""; seg=""
-          case $cfg in vs1) vs=1 ;; vs2) vs=2 ;; vs4) vs=4 ;; seg64) seg=64 ;; esac
+        for cfg in ${SANITIZE_CFGS:-vs1 vs2 vs4 seg64 stream}; do
+          vs=""; seg=""; filter=PrefillGpu.Varlen
+          case $cfg in vs1) vs=1 ;; vs2) vs=2 ;; vs4) vs=4 ;; seg64) seg=64 ;;
+            stream) filter=PrefillGpu.StreamedIntra ;; esac
           log="$OUT/sanitize_${tool}_$cfg.log"
           FASTKDA_PREFILL_VSPLIT=$vs FASTKDA_PREFILL_SEG=$seg timeout 150 compute-sanitizer \
-            --tool $tool --error-exitcode 9 "$BIN" --gtest_filter=PrefillGpu.Varlen > "$log" 2>&1
+            --tool $tool --error-exitcode 9 "$BIN" --gtest_filter=$filter > "$log" 2>&1
           summary+="sanitizer $tool $cfg rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | head -2 | tr '\n' ' ')"$'\n'
         done
       done ;;

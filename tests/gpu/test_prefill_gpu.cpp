@@ -123,7 +123,9 @@ TEST(PrefillGpu, WorkspaceSizeAndDimsChecked) {
   FASTKDA_REQUIRE_GPU();
   ValidationSetup v;  // forward_workspace_size validates the problem first
   fastkda::ForwardParams& f = v.f;
-  // Tb, A_qk and the row norms (2176 B) per chunk slot and value head; slots = tokens / 16 + N.
+  // Tb, A_qk and the row norms (2176 B) per chunk slot and value head; slots = tokens / 16 + N
+  // (the two-kernel plan; the streamed plan's flags: StreamedIntra).
+  ScopedEnv no_stream("FASTKDA_PREFILL_STREAM", "0");
   const size_t slots = size_t(f.B * f.T / 16 + f.B);
   EXPECT_EQ(fastkda::forward_workspace_size(f), (slots * f.HV * 2176 + 255) / 256 * 256);
   DeviceBuf ws(fastkda::forward_workspace_size(f));
@@ -149,7 +151,8 @@ TEST(PrefillGpu, WorkspaceSizeAndDimsChecked) {
   for (const auto& [name, value] :
        {std::pair{"FASTKDA_PREFILL_SEG", "100"}, std::pair{"FASTKDA_PREFILL_SEG", "64x"},
         std::pair{"FASTKDA_PREFILL_ORDER", "yes"}, std::pair{"FASTKDA_PREFILL_VSPLIT", "3"},
-        std::pair{"FASTKDA_PREFILL_PERSIST", "2"}}) {
+        std::pair{"FASTKDA_PREFILL_PERSIST", "2"}, std::pair{"FASTKDA_PREFILL_STREAM", "on"},
+        std::pair{"FASTKDA_PREFILL_RETIRE", "101"}}) {
     ScopedEnv env(name, value);
     try {
       (void)fastkda::forward_workspace_size(f);
@@ -962,6 +965,55 @@ TEST(PrefillGpu, PersistentGrid) {
     EXPECT_TRUE(one.out.same_bits(persistent.out)) << "vsplit " << vs << "  " << p.describe();
     EXPECT_TRUE(one.state.same_bits(persistent.state)) << "vsplit " << vs << "  " << p.describe();
     EXPECT_TRUE(one.boundary.same_bits(persistent.boundary)) << "vsplit " << vs;
+  }
+}
+
+// Streamed intra kernel (a persistent intra grid beside a one-wave scan, ready counters):
+// bitwise the two-kernel order at every value split and retire point (0 %: the scan starts at
+// once and waits on flags; 100 %: every SM stays in the intra grid until its last tile), with a
+// partial last chunk, boundary states and a state pool; a single varlen sequence with tokens
+// before and after it (empty tiles); the workspace holds the counters and the queue.
+TEST(PrefillGpu, StreamedIntra) {
+  FASTKDA_REQUIRE_GPU();
+  std::vector<Case> cases(2);
+  cases[0].B = 3, cases[0].T = 1000, cases[0].H = 2, cases[0].HV = 4;
+  cases[0].pool = true, cases[0].boundary = true;
+  cases[1].seqlens = {777}, cases[1].lead = 40, cases[1].tail = 100, cases[1].HV = 6;
+  for (const Case& c : cases) {
+    Problem p(c);
+    DeviceInputs d(p);
+    for (const char* vs : {"1", "2", "4"}) {
+      ScopedEnv split("FASTKDA_PREFILL_VSPLIT", vs);
+      Result two_kernels;
+      {
+        ScopedEnv env("FASTKDA_PREFILL_STREAM", "0");
+        two_kernels = run_gpu(p, d);
+      }
+      for (const char* retire : {"0", "50", "100"}) {
+        ScopedEnv env("FASTKDA_PREFILL_STREAM", "1"), env_retire("FASTKDA_PREFILL_RETIRE", retire);
+        const Result streamed = run_gpu(p, d);
+        const std::string what = std::string("vsplit ") + vs + " retire " + retire + "  ";
+        EXPECT_TRUE(two_kernels.out.same_bits(streamed.out)) << what << p.describe();
+        EXPECT_TRUE(two_kernels.state.same_bits(streamed.state)) << what << p.describe();
+        EXPECT_TRUE(two_kernels.boundary.same_bits(streamed.boundary)) << what;
+      }
+    }
+    ScopedEnv env("FASTKDA_PREFILL_STREAM", "1");
+    check_against_oracle(p, "streamed intra");
+    if (!c.pool) check_graph_capture(c);  // the counters' memset and both grids in one graph
+    fastkda::ForwardParams f =
+        p.params({d.q.get(), d.k.get(), d.v.get(), d.g.get(), d.beta.get(), d.cu.get(), nullptr,
+                  nullptr, nullptr, nullptr, nullptr, nullptr},
+                 fastkda::Device::kCUDA);
+    DeviceBuf out(p.out_elems() * 2);
+    f.out = out.get();
+    const size_t slots = size_t(p.c.B * p.c.T / 16 + p.num_seq);  // chunk slots (config.h)
+    const size_t chunk_bytes = (slots * p.c.HV * 2176 + 255) / 256 * 256;
+    // Ready counters: per sequence, head and 8 chunks of the longest sequence (varlen: of all
+    // tokens).
+    const size_t blocks = size_t((p.c.T + 127) / 128);
+    const size_t ready_bytes = (size_t(p.num_seq) * p.c.HV * blocks * 4 + 255) / 256 * 256;
+    EXPECT_EQ(fastkda::forward_workspace_size(f), chunk_bytes + ready_bytes + 256) << p.describe();
   }
 }
 

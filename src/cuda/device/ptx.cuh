@@ -174,6 +174,37 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
+// The same for global memory: after an acquire that made other threads' generic-proxy stores
+// visible, orders them before this thread's async-proxy reads (bulk copies) of them.
+__device__ __forceinline__ void fence_proxy_async_global() {
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+}
+
+// ---- flags in global memory between concurrently running CTAs -------------------------------
+// A counter increment that publishes the CTA's earlier writes (after a CTA barrier) at GPU
+// scope: a fence (cumulative over what the barrier ordered before it), then the add.
+__device__ __forceinline__ void red_release_add(uint32_t* p, uint32_t v) {
+  asm volatile("fence.acq_rel.gpu;\nred.relaxed.gpu.global.add.u32 [%0], %1;\n" ::"l"(p), "r"(v)
+               : "memory");
+}
+__device__ __forceinline__ uint32_t ld_acquire(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ uint64_t ld_relaxed(const unsigned long long* p) {
+  uint64_t v;
+  asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];\n" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+// The SM this thread runs on (0 .. number of SMs - 1 on the GPUs measured; a hint, not an index
+// the code relies on for correctness).
+__device__ __forceinline__ uint32_t sm_id() {
+  uint32_t id;
+  asm volatile("mov.u32 %0, %%smid;\n" : "=r"(id));
+  return id;
+}
+
 // ---- programmatic dependent launch ----------------------------------------------------------
 // This CTA lets the next kernel of the stream (launched with programmatic stream serialization)
 // start: it is scheduled once every CTA of this grid has triggered or exited.

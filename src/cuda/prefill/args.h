@@ -20,6 +20,12 @@ enum class Pass : int {
   kOutputs = 2,      // every segment from its true start state: outputs, final state
 };
 
+// The streamed intra kernel's shared counters (intra_streamed_kernel), zeroed before each launch.
+struct StreamQueue {
+  unsigned long long next;     // tiles claimed so far
+  unsigned long long keepers;  // CTAs that run until the last tile, once started
+};
+
 struct PrefillArgs {
   // TMA descriptors of the scan kernel's per-chunk loads (launch.cu make_load_maps): boxes of kC
   // token rows x kK (q, k, g) or kVs (v) columns, rows past the tensor zero-filled.
@@ -48,6 +54,15 @@ struct PrefillArgs {
   int seg_chunks;    // split T: chunks per segment (0 with Pass::kWhole)
   float* seg_ws;     // split T: [segment slots, HV, kSegFloats] (config.h)
   const int32_t* order;  // [N] varlen sequences, longest first (order.cuh); null: in order
+  // Streamed intra kernel (launch.cu Plan::streamed; null ready: the scan waits for the whole
+  // intra grid instead): per (sequence, value head, block of kReadyChunks chunks) the number of
+  // its chunk records in the workspace, and the tile queue; tiles N * HV per chunk index,
+  // intra_tiles in all.
+  uint32_t* ready;  // [N, HV, ready_blocks]
+  int ready_blocks;
+  StreamQueue* queue;
+  int64_t intra_tiles, retire_tile;  // retire_tile: see intra_streamed_kernel
+  int keep_sms;
   int64_t jobs;          // scan jobs (CTA-sized units); the grid may be smaller (persistent
                          // Pass::kWhole: CTA b does jobs b, b + grid, ...)
   Gate gate;

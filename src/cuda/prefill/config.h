@@ -179,10 +179,20 @@ struct PrepPrivate {
   uint32_t span[kPrepWarps][kC];  // per warp: max over its columns of anchor - G (f32 bits)
 };
 
+// A tile of the streamed intra kernel (intra_tile): a chunk and value head, and its ready counter.
+struct IntraTile {
+  int64_t slot, tok0, counter;
+  int hv, nvalid;  // nvalid: rows of the chunk (0: an empty tile, -1: no tile)
+};
+// Streamed intra kernel: chunks per ready counter. The scan's prepare checks a counter (an
+// acquire load: ~0.1 us on its path) once per block, not per chunk.
+constexpr int kReadyChunks = 8;
+
 struct IntraPlan {
   RawQKG raw;  // TMA destination: 128-byte aligned rows (q at 0, k at 4 KiB, g at 8 KiB)
   PrepPrivate pp;
   uint64_t full;  // mbarrier: the q, k, g loads landed
+  IntraTile tile[2];  // streamed intra kernel: this and the next tile, by parity
 };
 constexpr size_t intra_shared_bytes() { return sizeof(IntraPlan); }
 constexpr int kIntraCtasPerSm = 5;

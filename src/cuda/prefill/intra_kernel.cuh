@@ -13,40 +13,32 @@
 
 namespace fastkda::prefill_cuda {
 
-__global__ void __launch_bounds__(kPrepThreads, kIntraCtasPerSm)
-    intra_kernel(const __grid_constant__ PrefillArgs a) {
-  extern __shared__ __align__(128) unsigned char smem_bytes[];
-  auto& sm = *reinterpret_cast<IntraPlan*>(smem_bytes);
-  const int64_t slot = blockIdx.x;
-  const int hv = blockIdx.y;
+// Thread 0: the TMA loads of q, k, g of the chunk at tok0 of value head hv into sm.raw (the scan's
+// tensor maps: launch.cu make_load_maps), completing on sm.full.
+__device__ __forceinline__ void issue_qkg(const PrefillArgs& a, IntraPlan& sm, int64_t tok0,
+                                          int hv) {
+  device::mbarrier_arrive_expect_tx(&sm.full, qkg_bytes(a));
+  load_qkg(a, sm.raw, int(tok0), hv / a.group, hv, &sm.full);
+}
+
+// One chunk (tok0 .. tok0 + nvalid of value head hv, workspace slot `slot`) by the CTA's 4 warps,
+// its loads issued on sm.full (next completion: parity `parity`): the products and the record.
+// landed() runs on every thread after the loads landed (a barrier since), raw_free() once no
+// thread reads sm.raw any more (kRefill: each has also fenced its accesses for the async proxy,
+// so that the next chunk may be loaded there by TMA). Ends without a barrier after the record's
+// stores.
+template <bool kRefill, class Landed, class RawFree>
+__device__ __forceinline__ void intra_chunk(const PrefillArgs& a, IntraPlan& sm, int64_t slot,
+                                            int hv, int64_t tok0, int nvalid, uint32_t parity,
+                                            Landed&& landed, RawFree&& raw_free) {
   const int i = threadIdx.x;
-  // The scan kernel may start on SMs this grid no longer fills (its CTAs set up, then wait for
-  // this grid's completion before reading the workspace: griddep_wait in prefill_kernel).
-  device::griddep_launch_dependents();
-
-  const int64_t n = slot_sequence(a, slot);
-  const int64_t bos = seq_begin(a, n);
-  const int64_t eos = seq_end(a, n, bos);
-  const int64_t c = slot - slot_base(bos, n);
-  const int64_t tok0 = bos + c * kC;
-  if (c < 0 || tok0 >= eos) return;  // a slot before the first sequence or past a sequence's end
-  const int nvalid = int(eos - tok0 < kC ? eos - tok0 : kC);
-  const int h = hv / a.group;
-
-  // q, k, g of the chunk by TMA (the scan's tensor maps: launch.cu make_load_maps), thread 0.
-  if (i == 0) {
-    device::mbarrier_init(&sm.full, 1);
-    device::fence_mbarrier_init();
-    device::mbarrier_arrive_expect_tx(&sm.full, qkg_bytes(a));
-    load_qkg(a, sm.raw, int(tok0), h, hv, &sm.full);
-  }
   const float bias = a.dt_bias ? a.dt_bias[int64_t(hv) * kK + i] : 0.0f;
   const float A = a.A_log ? expf(a.A_log[hv]) : 1.0f;
   const float beta_raw = i < kC ? load_beta_raw(a, tok0, i, nvalid, hv) : 0.0f;
-  __syncthreads();  // the mbarrier is initialised before anyone waits on it
-  device::mbarrier_wait(&sm.full, 0);
+  device::mbarrier_wait(&sm.full, parity);
   if (nvalid < kC) zero_tail_qkg(a, sm.raw, nvalid, i);
   __syncthreads();
+  landed();
 
   float Gr[kC];
   gate_scan(a, sm.pp, sm.raw, nvalid, bias, A, beta_raw, i, Gr);
@@ -54,6 +46,7 @@ __global__ void __launch_bounds__(kPrepThreads, kIntraCtasPerSm)
   anchored_operands(a, sm.pp, sm.raw, i, Gr);  // kd over the gate rows (dead from here on)
   __syncthreads();
   intra_products(sm.pp, sm.raw.kd, i);
+  if constexpr (kRefill) device::fence_proxy_async_shared();
   // Thread r < kC checks row r (its anchor span, reduced in gate_scan); the barrier ORs them.
   if (__syncthreads_or(i < kC && row_needs_exact(sm.pp, i))) {
     auto& G = sm.pp.kt;  // the products are done with kt
@@ -61,8 +54,10 @@ __global__ void __launch_bounds__(kPrepThreads, kIntraCtasPerSm)
     for (int row = 0; row < kC; ++row) G[row][i] = Gr[row];
     __syncthreads();
     exact_rows(a, sm.pp, sm.raw, G, i);
+    if constexpr (kRefill) device::fence_proxy_async_shared();
     __syncthreads();
   }
+  raw_free();
 
   float* ws = chunk_ws(a, slot, hv);  // [Tb kC x kC][A_qk kC x kC][rq kC][rk kC]
   if (i < kC) {
@@ -77,6 +72,122 @@ __global__ void __launch_bounds__(kPrepThreads, kIntraCtasPerSm)
     const int e = i + j * kPrepThreads;
     ws[kC * kC + e] = sm.pp.aqk[e / kC][e % kC];
   }
+}
+
+__device__ __forceinline__ void init_full_barrier(IntraPlan& sm) {
+  device::mbarrier_init(&sm.full, 1);
+  device::fence_mbarrier_init();
+}
+
+__global__ void __launch_bounds__(kPrepThreads, kIntraCtasPerSm)
+    intra_kernel(const __grid_constant__ PrefillArgs a) {
+  extern __shared__ __align__(128) unsigned char smem_bytes[];
+  auto& sm = *reinterpret_cast<IntraPlan*>(smem_bytes);
+  const int64_t slot = blockIdx.x;
+  const int hv = blockIdx.y;
+  // The scan kernel may start on SMs this grid no longer fills (its CTAs set up, then wait for
+  // this grid's completion before reading the workspace: griddep_wait in prefill_kernel).
+  device::griddep_launch_dependents();
+
+  const int64_t n = slot_sequence(a, slot);
+  const int64_t bos = seq_begin(a, n);
+  const int64_t eos = seq_end(a, n, bos);
+  const int64_t c = slot - slot_base(bos, n);
+  const int64_t tok0 = bos + c * kC;
+  if (c < 0 || tok0 >= eos) return;  // a slot before the first sequence or past a sequence's end
+  if (threadIdx.x == 0) {
+    init_full_barrier(sm);
+    issue_qkg(a, sm, tok0, hv);
+  }
+  __syncthreads();  // the mbarrier is initialised before anyone waits on it
+  intra_chunk<false>(a, sm, slot, hv, tok0, int(eos - tok0 < kC ? eos - tok0 : kC), 0, [] {},
+                     [] {});
+}
+
+// Tile t of the streamed intra kernel: chunk t / (N HV) of sequence (t / HV) % N, value head
+// t % HV (32-bit: the launcher streams only below 2^31 tiles); nvalid = 0 past a shorter
+// sequence's end (varlen: an empty tile), -1 for no tile (t < 0).
+__device__ __forceinline__ IntraTile intra_tile(const PrefillArgs& a, int64_t t) {
+  if (t < 0) return {0, 0, 0, 0, -1};
+  const uint32_t u = uint32_t(t), heads = uint32_t(a.HV);
+  const uint32_t per_chunk = uint32_t(a.num_seq) * heads;
+  const uint32_t c = u / per_chunk, r = u - c * per_chunk;
+  const uint32_t n = a.num_seq == 1 ? 0u : r / heads;
+  const int64_t bos = seq_begin(a, n), eos = seq_end(a, n, bos), tok0 = bos + int64_t(c) * kC;
+  const uint32_t hv = r - n * heads;
+  return {slot_base(bos, n) + c, tok0,
+          (int64_t(n) * heads + hv) * a.ready_blocks + c / kReadyChunks, int(hv),
+          tok0 < eos ? int(eos - tok0 < kC ? eos - tok0 : kC) : 0};
+}
+
+// The streamed intra kernel (launch.cu Plan::streamed): a persistent grid of kIntraCtasPerSm CTAs
+// per SM, started before the scan, whose CTAs take tiles in time order (intra_tile) from a counter
+// in the workspace and count each chunk in its ready counter after its record (the scan's
+// prepare waits on the counters instead of on this grid: wait_ready). A CTA claims its next tile
+// while it works on the current one and loads it into sm.raw as soon as the current one is done
+// with it. The scan grid (one wave, fewer CTAs than SMs) starts once every CTA here has started,
+// i.e. on the SMs whose intra CTAs have stopped: CTAs on SMs numbered >= a.keep_sms stop claiming
+// once tile a.retire_tile has been claimed, the others ("keepers") run until the last tile. A CTA
+// stops only while some keeper is running (the keepers count themselves before they claim), so
+// every tile is claimed and completed without waiting on the scan: no deadlock whatever the
+// placement.
+__global__ void __launch_bounds__(kPrepThreads, kIntraCtasPerSm)
+    intra_streamed_kernel(const __grid_constant__ PrefillArgs a) {
+  extern __shared__ __align__(128) unsigned char smem_bytes[];
+  auto& sm = *reinterpret_cast<IntraPlan*>(smem_bytes);
+  device::griddep_launch_dependents();  // the scan grid starts once every CTA here has started
+  StreamQueue& queue = *a.queue;
+  // The CTA's bookkeeping (claims, loads, counters) by lane 0 of the last warp: warp 0 owns the
+  // end of a chunk's critical path (invert_unit_lower).
+  const bool control = threadIdx.x == kPrepThreads - 32;
+  const bool keeper = device::sm_id() < uint32_t(a.keep_sms);
+  // The next tile (-1: none left, or this CTA retires), and its start in sm.tile[k] with its
+  // loads issued.
+  auto claim = [&]() -> int64_t {
+    if (!keeper && device::ld_relaxed(&queue.next) >= uint64_t(a.retire_tile) &&
+        device::ld_relaxed(&queue.keepers) > 0)
+      return -1;
+    const int64_t t = int64_t(atomicAdd(&queue.next, 1ull));
+    return t < a.intra_tiles ? t : -1;
+  };
+  auto start = [&](int k, int64_t t) {
+    const IntraTile x = intra_tile(a, t);
+    sm.tile[k] = x;
+    if (x.nvalid > 0) issue_qkg(a, sm, x.tok0, x.hv);
+  };
+  if (control) {
+    init_full_barrier(sm);
+    if (keeper) atomicAdd(&queue.keepers, 1ull);
+    start(0, claim());
+  }
+  __syncthreads();  // the mbarrier is initialised, sm.tile[0] set
+  // A chunk is counted one chunk later (after the next one's loads landed, or at the end):
+  // the fence then finds the record's stores done instead of waiting for them on the CTA's path
+  // (at once, it cost ~0.1 ms of H96 T8192's ~0.4 ms of intra work).
+  uint32_t* ready = nullptr;
+  auto publish = [&] {
+    if (control && ready) device::red_release_add(ready, 1u);
+    ready = nullptr;
+  };
+  uint32_t parity = 0;
+  for (int k = 0;; k ^= 1) {  // sm.tile[k]: this tile; `control` sets sm.tile[k ^ 1]
+    const IntraTile x = sm.tile[k];
+    if (x.nvalid < 0) break;
+    // Claimed now, started once sm.raw is free: the atomic's latency overlaps the chunk's work.
+    const int64_t next = control ? claim() : -1;
+    auto refill = [&] {
+      if (control) start(k ^ 1, next);
+    };
+    if (x.nvalid > 0) {
+      intra_chunk<true>(a, sm, x.slot, x.hv, x.tok0, x.nvalid, parity, publish, refill);
+      parity ^= 1u;
+      ready = &a.ready[x.counter];
+    } else {
+      refill();
+    }
+    __syncthreads();  // every store of the record is issued; sm.tile[k ^ 1] is set
+  }
+  publish();
 }
 
 }  // namespace fastkda::prefill_cuda

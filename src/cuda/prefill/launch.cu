@@ -190,6 +190,11 @@ struct Plan {
   bool longest_first = false;  // order_kernel before the scan (varlen, more CTAs than SMs)
   bool persistent = false;     // unsplit scan on min(jobs, SMs) CTAs, each walking its jobs
   int sms = 0;
+  // Streamed intra kernel beside a one-wave unsplit scan (choose_split, intra_streamed_kernel):
+  // its tiles, the tile from which CTAs on SMs >= keep_sms stop claiming, keep_sms.
+  bool streamed = false;
+  int64_t intra_tiles = 0, retire_tile = 0;
+  int keep_sms = 0;
 };
 
 // Longest-first CTA order (order.cuh) for varlen batches whose scan grid needs more than one wave
@@ -203,10 +208,23 @@ bool use_longest_first(const ForwardParams& p, int64_t num_seq, const Plan& plan
   return forced ? *forced == 1 : num_seq * p.HV * plan.vsplit > sms;
 }
 
-// The value split and split T from one cost model of the scan passes (H200, refitted in session 9
-// from forced plans, bench/results/2026-11-29_s9_ab2): a 16-token chunk of a scan CTA (one CTA
-// per SM) takes ~1.45 / 1.00 / 1.15 us at kVs = 128 / 64 / 32 (kVs = 64 on the wgmma scan since
-// session 9: H32 T16384 and T65536 unsplit at vsplit 2, less the intra kernel), CTAs run in whole
+// Streamed intra kernel: FASTKDA_PREFILL_STREAM=0 / 1 forces it off / on (where possible: an
+// unsplit one-wave scan of a fixed-length batch or one sequence, at least kStreamMinFree SMs
+// free); FASTKDA_PREFILL_RETIRE=<percent> sets the retire tile as a share of all tiles (tests,
+// sweeps). Both are checked for every problem.
+constexpr int kStreamMinFree = 8;
+std::optional<int64_t> env_stream() {
+  return env_knob("FASTKDA_PREFILL_STREAM", "0 or 1", [](int64_t v) { return v == 0 || v == 1; });
+}
+std::optional<int64_t> env_retire() {
+  return env_knob("FASTKDA_PREFILL_RETIRE", "a percentage, 0 to 100",
+                  [](int64_t v) { return v >= 0 && v <= 100; });
+}
+
+// The value split, split T and the streamed intra kernel from one cost model of the passes (H200,
+// refitted in session 9 from forced plans, bench/results/2026-11-29_s9_ab2, kVs = 64 and the
+// streamed plan in session 10): a 16-token chunk of a scan CTA (one CTA per SM) takes
+// ~1.45 / 0.96 / 1.15 us at kVs = 128 / 64 / 32, CTAs run in whole
 // waves, and each wave costs ~20 us more (start state, pipeline fill, state stores). Unsplit: one
 // CTA walks all chunks of its (sequence, head, value slice). Split into nseg segments: pass 1 runs
 // heads x vsplit x (2 nseg - 3) CTAs without outputs (~0.85 of a chunk's time), pass 2
@@ -218,6 +236,7 @@ bool use_longest_first(const ForwardParams& p, int64_t num_seq, const Plan& plan
 // both), FASTKDA_PREFILL_SEG=<tokens, a multiple of 64> a segment length, 0 none.
 Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
   Plan plan;
+  const std::optional<int64_t> forced_stream = env_stream(), forced_retire = env_retire();
   const int64_t heads = num_seq * p.HV;
   const int forced_vs = env_vsplit();  // 0: not forced
   const int64_t interval = ForwardParams::kBoundaryInterval;
@@ -227,17 +246,47 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
       });
   const double chunks = num_seq > 0 ? double(p.B * p.T) / double(num_seq) / prefill_cuda::kC : 0;
   auto waves = [&](int64_t ctas) { return double((ctas + sms - 1) / sms); };
-  auto chunk_us = [](int vsplit) { return vsplit == 4 ? 1.15 : vsplit == 2 ? 1.00 : 1.45; };
+  auto chunk_us = [](int vsplit) { return vsplit == 4 ? 1.15 : vsplit == 2 ? 0.96 : 1.45; };
   constexpr double kWaveUs = 20.0, kSegmentUs = 8.5;
+  // The intra kernel (~1.06 SM-us per chunk and head at 5 CTAs per SM: H96 T8192 0.396 ms,
+  // Nsight Compute) runs before the scan on all SMs, or streamed (~1.11 SM-us per tile: 0.414 ms
+  // alone): on all SMs for t1, then beside the scan on the sms - jobs SMs it leaves free
+  // ("keepers"), t1 long enough for the scan never to wait (its start: 4 chunks ahead; its end:
+  // all tiles made by then, at the keepers' rate); the scan beside it ~2.5 % slower (its ready
+  // checks, the shared memory system). Measured (session 10): H96 T8192 0.983 ms at the retire
+  // point this gives (estimate 0.987), 1.003 / 1.026 ms at +5 / +10 % of the tiles; H64 T8192
+  // streamed at vsplit 1 0.781 ms against 0.766 for the two kernels at vsplit 2 (estimates
+  // 0.784 / 0.776).
+  constexpr double kIntraTileUs = 1.064, kStreamedTileUs = 1.11, kStreamedScan = 1.025;
+  // Tiles of the streamed kernel: every chunk index of the longest sequence for every sequence
+  // and head (fixed length, or one sequence: no empty tile).
+  const int64_t chunk_index = (p.cu_seqlens ? p.B * p.T : p.T) / prefill_cuda::kC +
+                              ((p.cu_seqlens ? p.B * p.T : p.T) % prefill_cuda::kC != 0);
+  const int64_t tiles = chunk_index * heads;
+  const double intra_us =
+      double(p.B * p.T / prefill_cuda::kC + num_seq) * p.HV * kIntraTileUs / sms;
   auto split_us = [&](int vs, int seg_chunks) {
     const int64_t nseg = int64_t(std::ceil(chunks / seg_chunks));
-    return waves(heads * vs * (2 * nseg - 3)) * (seg_chunks * 0.85 * chunk_us(vs) + kWaveUs) +
+    return intra_us +
+           waves(heads * vs * (2 * nseg - 3)) * (seg_chunks * 0.85 * chunk_us(vs) + kWaveUs) +
            waves(heads * vs * nseg) * (seg_chunks * chunk_us(vs) + kWaveUs) + kSegmentUs * nseg;
+  };
+  auto streamed = [&](int vs, int64_t& retire) {  // < 0: not possible
+    const int64_t jobs = heads * vs;
+    if ((p.cu_seqlens && num_seq != 1) || jobs > sms - kStreamMinFree || tiles <= 0 ||
+        tiles > INT32_MAX)  // intra_tile's 32-bit arithmetic
+      return -1.0;
+    const double scan = chunks * chunk_us(vs) * kStreamedScan, all = sms / kStreamedTileUs,
+                 keep = (sms - jobs) / kStreamedTileUs;
+    const double t1 = std::max(4.0 * heads / all, (double(tiles) - keep * scan) / all);
+    retire = std::min(tiles, int64_t(std::ceil(t1 * all)));
+    if (forced_retire) retire = tiles * *forced_retire / 100;
+    return t1 + scan + kWaveUs;
   };
   double whole = 0;  // the best unsplit estimate
   for (int vs : {1, 2, 4}) {
     if (forced_vs && vs != forced_vs) continue;
-    const double t = waves(heads * vs) * (chunks * chunk_us(vs) + kWaveUs);
+    const double t = intra_us + waves(heads * vs) * (chunks * chunk_us(vs) + kWaveUs);
     if (whole == 0 || t < whole) whole = t, plan.vsplit = vs;
   }
   if (forced_seg) {  // a forced segment length runs at the forced value split, else 1
@@ -245,7 +294,20 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
     if (plan.seg_chunks > 0) plan.vsplit = forced_vs ? forced_vs : 1;
     return plan;
   }
-  if (num_seq <= 0) return plan;
+  if (!forced_stream || *forced_stream == 1) {
+    for (int vs : {1, 2, 4}) {
+      if (forced_vs && vs != forced_vs) continue;
+      int64_t retire = 0;
+      const double t = streamed(vs, retire);
+      if (t < 0 || (!forced_stream && t >= whole)) continue;
+      if (!plan.streamed || t < whole) {
+        whole = t, plan.vsplit = vs, plan.streamed = true;
+        plan.intra_tiles = tiles, plan.retire_tile = retire;
+        plan.keep_sms = sms - int(heads * vs);
+      }
+    }
+  }
+  if (num_seq <= 0 || (plan.streamed && forced_stream)) return plan;
   double best = 0.97 * whole;  // split only for a gain
   for (int vs : {1, 2, 4}) {
     if (forced_vs && vs != forced_vs) continue;
@@ -253,7 +315,7 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
       const int seg_chunks = seg_tokens / prefill_cuda::kC;
       if (std::ceil(chunks / seg_chunks) < 3) continue;
       if (const double t = split_us(vs, seg_chunks); t < best)
-        best = t, plan.seg_chunks = seg_chunks, plan.vsplit = vs;
+        best = t, plan.seg_chunks = seg_chunks, plan.vsplit = vs, plan.streamed = false;
     }
   }
   return plan;
@@ -279,7 +341,7 @@ Plan choose_plan(const ForwardParams& p, int64_t num_seq, int sms) {
   plan.longest_first = use_longest_first(p, num_seq, plan, sms);
   plan.persistent = use_persistent(p, num_seq, plan, sms);
   plan.sms = sms;
-  return plan;
+  return plan;  // streamed plans are one-wave unsplit scans: neither ordered nor persistent
 }
 
 // pdl: launched with programmatic stream serialization (right behind the intra kernel, which lets
@@ -337,6 +399,22 @@ size_t chunk_ws_bytes(const ForwardParams& p) {
 size_t order_ws_bytes(const ForwardParams& p, const Plan& plan) {
   return plan.longest_first ? (size_t(num_sequences(p)) * sizeof(int32_t) + 255) / 256 * 256 : 0;
 }
+// Streamed intra kernel: ready counters per (sequence, value head, block of kReadyChunks chunks
+// of the longest sequence: a fixed-length batch or one sequence), then the StreamQueue.
+int64_t ready_blocks(const ForwardParams& p) {
+  const int64_t tokens = p.cu_seqlens ? p.B * p.T : p.T;  // the longest sequence, at most
+  const int64_t chunks = (tokens + prefill_cuda::kC - 1) / prefill_cuda::kC;
+  return (chunks + prefill_cuda::kReadyChunks - 1) / prefill_cuda::kReadyChunks;
+}
+size_t ready_bytes(const ForwardParams& p) {
+  return (size_t(num_sequences(p)) * size_t(p.HV > 0 ? p.HV : 0) * size_t(ready_blocks(p)) *
+              sizeof(uint32_t) +
+          255) /
+         256 * 256;
+}
+size_t stream_ws_bytes(const ForwardParams& p, const Plan& plan) {
+  return plan.streamed ? ready_bytes(p) + 256 : 0;
+}
 size_t seg_ws_bytes(const ForwardParams& p, const Plan& plan) {
   if (plan.seg_chunks == 0) return 0;
   return size_t(slots_of(p, int64_t(plan.seg_chunks) * prefill_cuda::kC)) *
@@ -349,7 +427,8 @@ size_t seg_ws_bytes(const ForwardParams& p, const Plan& plan) {
 size_t prefill_workspace_size(const ForwardParams& p) {
   if (p.K != prefill_cuda::kK || p.V != prefill_cuda::kV) return 0;
   const Plan plan = choose_plan(p, num_sequences(p), sm_count(p.device_index));
-  return chunk_ws_bytes(p) + seg_ws_bytes(p, plan) + order_ws_bytes(p, plan);
+  return chunk_ws_bytes(p) + seg_ws_bytes(p, plan) + order_ws_bytes(p, plan) +
+         stream_ws_bytes(p, plan);
 }
 
 void prefill(const ForwardParams& p) {
@@ -377,6 +456,15 @@ void prefill(const ForwardParams& p) {
           ? reinterpret_cast<int32_t*>(ws + chunk_ws_bytes(p) + seg_ws_bytes(p, plan))
           : nullptr;
   a.order = order;
+  if (plan.streamed) {
+    char* const stream_ws =
+        ws + chunk_ws_bytes(p) + seg_ws_bytes(p, plan) + order_ws_bytes(p, plan);
+    a.ready = reinterpret_cast<uint32_t*>(stream_ws);
+    a.ready_blocks = int(ready_blocks(p));
+    a.queue = reinterpret_cast<prefill_cuda::StreamQueue*>(stream_ws + ready_bytes(p));
+    a.intra_tiles = plan.intra_tiles, a.retire_tile = plan.retire_tile;
+    a.keep_sms = plan.keep_sms;
+  }
   // CTAs of the scan: per sequence (or segment slot), value head and slice; pass 1 of split T
   // has a transition slice for every value slice.
   const int64_t units =
@@ -395,14 +483,22 @@ void prefill(const ForwardParams& p) {
     prefill_cuda::order_kernel<<<blocks, prefill_cuda::kOrderThreads, 0, stream>>>(a, order);
     FASTKDA_CUDA_CHECK(cudaGetLastError());
   }
-  {
-    constexpr size_t smem = prefill_cuda::intra_shared_bytes();
+  constexpr size_t intra_smem = prefill_cuda::intra_shared_bytes();
+  if (plan.streamed) {
+    // Ready counters and queue zeroed, then the persistent intra grid, then the scan beside it.
+    FASTKDA_CUDA_CHECK(cudaMemsetAsync(a.ready, 0, stream_ws_bytes(p, plan), stream));
+    FASTKDA_CUDA_CHECK(cudaFuncSetAttribute(prefill_cuda::intra_streamed_kernel,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            int(intra_smem)));
+    prefill_cuda::intra_streamed_kernel<<<unsigned(plan.sms * prefill_cuda::kIntraCtasPerSm),
+                                          prefill_cuda::kPrepThreads, intra_smem, stream>>>(a);
+  } else {
     FASTKDA_CUDA_CHECK(cudaFuncSetAttribute(
-        prefill_cuda::intra_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+        prefill_cuda::intra_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(intra_smem)));
     prefill_cuda::intra_kernel<<<dim3(unsigned(slots), unsigned(p.HV)), prefill_cuda::kPrepThreads,
-                                 smem, stream>>>(a);
-    FASTKDA_CUDA_CHECK(cudaGetLastError());
+                                 intra_smem, stream>>>(a);
   }
+  FASTKDA_CUDA_CHECK(cudaGetLastError());
   a.jobs = ctas;
   if (!plan.seg_chunks) {
     launch_scan<Pass::kWhole>(a, plan.persistent ? std::min(ctas, int64_t(plan.sms)) : ctas,

@@ -137,10 +137,16 @@ __device__ __forceinline__ void prepare_job(const PrefillArgs& a, SharedPlan<kVs
     const int64_t left = eos - (bos + int64_t(c) * kC);
     return int(left < kC ? left : kC);
   };
+  int checked = -1;  // streamed intra kernel: the last ready block thread 0 waited for
   auto issue = [&](int c, int buf) {  // inputs of chunk c into raw[p][buf], by thread 0
-    if (c < c1 && i == 0)
+    if (c < c1 && i == 0) {
+      if (a.ready && c / kReadyChunks != checked) {
+        checked = c / kReadyChunks;
+        wait_ready(a, job.n, hv, checked, job.nchunks);
+      }
       load_stage(a, sm.raw[p][buf], &sm.raw_full[p][buf], bos + int64_t(c) * kC, slot0 + c, h,
                  hv, v0);
+    }
   };
 
   issue(first, 0);
@@ -293,8 +299,9 @@ __global__ void __launch_bounds__(block_threads<kVs>(), 1)
     device::setmaxnreg_dec<prep_regs<kVs>()>();
     // Launched right behind the intra kernel (programmatic stream serialization): its workspace
     // is complete and visible only after this wait. The scan warps read no workspace; they load
-    // their start state meanwhile (written before the intra kernel started).
-    device::griddep_wait();
+    // their start state meanwhile (written before the intra kernel started). Streamed (a.ready):
+    // per chunk instead (wait_ready), while the intra grid still runs.
+    if (!a.ready) device::griddep_wait();
     const int p = threadIdx.x / kPrepThreads;
     int flat = 0;
     uint32_t phases = 0;

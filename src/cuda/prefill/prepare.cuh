@@ -33,6 +33,20 @@ __device__ __forceinline__ void load_stage(const PrefillArgs& a, RawStage<kVs>& 
   device::bulk_load(&r.tb[0][0], chunk_ws(a, slot, hv), kWsFloats * 4, mbar);
 }
 
+// Streamed intra kernel (a.ready set): thread 0 of a prepare group waits until the records of
+// block `block` of sequence n, value head hv (kReadyChunks chunks, fewer in the last block of
+// nchunks) are in the workspace (intra_streamed_kernel's release), before load_stage copies the
+// first of them. Once per block: an acquire load per chunk on the issue path cost ~8 % of the
+// scan at H96 T8192 (and an early relaxed load with a fence when set ~13 %).
+__device__ __forceinline__ void wait_ready(const PrefillArgs& a, int64_t n, int hv, int block,
+                                           int nchunks) {
+  const uint32_t* counter = &a.ready[(n * a.HV + hv) * a.ready_blocks + block];
+  const int left = nchunks - block * kReadyChunks;
+  const uint32_t want = uint32_t(left < kReadyChunks ? left : kReadyChunks);
+  while (device::ld_acquire(counter) < want) __nanosleep(100);
+  device::fence_proxy_async_global();  // the bulk copies read the records through the async proxy
+}
+
 // Thread i of the group, after the loads of a chunk with nvalid < kC rows landed: zeros in rows
 // nvalid.. of q, k, g and v (the prepare's products rely on them), then a proxy fence (a later
 // TMA load rewrites these bytes). The caller's group barrier makes the zeros visible.
