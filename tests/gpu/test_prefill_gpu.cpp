@@ -124,7 +124,7 @@ TEST(PrefillGpu, WorkspaceSizeAndDimsChecked) {
   ValidationSetup v;  // forward_workspace_size validates the problem first
   fastkda::ForwardParams& f = v.f;
   // Tb, A_qk and the row norms (2176 B) per chunk slot and value head; slots = tokens / 16 + N
-  // (the two-kernel plan; the streamed plan's flags: StreamedIntra).
+  // (the two-kernel plan; the streamed plan's counters: StreamedIntra).
   ScopedEnv no_stream("FASTKDA_PREFILL_STREAM", "0");
   const size_t slots = size_t(f.B * f.T / 16 + f.B);
   EXPECT_EQ(fastkda::forward_workspace_size(f), (slots * f.HV * 2176 + 255) / 256 * 256);
@@ -970,7 +970,7 @@ TEST(PrefillGpu, PersistentGrid) {
 
 // Streamed intra kernel (a persistent intra grid beside a one-wave scan, ready counters):
 // bitwise the two-kernel order at every value split and retire point (0 %: the scan starts at
-// once and waits on flags; 100 %: every SM stays in the intra grid until its last tile), with a
+// once and waits on counters; 100 %: every SM stays in the intra grid until its last tile), with a
 // partial last chunk, boundary states and a state pool; a single varlen sequence with tokens
 // before and after it (empty tiles); the workspace holds the counters and the queue.
 TEST(PrefillGpu, StreamedIntra) {
