@@ -213,6 +213,12 @@ bool use_longest_first(const ForwardParams& p, int64_t num_seq, const Plan& plan
 // free); FASTKDA_PREFILL_RETIRE=<percent> sets the retire tile as a share of all tiles (tests,
 // sweeps). Both are checked for every problem.
 constexpr int kStreamMinFree = 8;
+// Chunks of the longest sequence as far as the host knows (a fixed-length batch: T; one varlen
+// sequence: at most all tokens): the streamed kernel's chunk indices and its ready blocks.
+int64_t longest_chunks(const ForwardParams& p) {
+  const int64_t tokens = p.cu_seqlens ? p.B * p.T : p.T;
+  return (tokens + prefill_cuda::kC - 1) / prefill_cuda::kC;
+}
 std::optional<int64_t> env_stream() {
   return env_knob("FASTKDA_PREFILL_STREAM", "0 or 1", [](int64_t v) { return v == 0 || v == 1; });
 }
@@ -260,9 +266,7 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
   constexpr double kIntraTileUs = 1.064, kStreamedTileUs = 1.11, kStreamedScan = 1.025;
   // Tiles of the streamed kernel: every chunk index of the longest sequence for every sequence
   // and head (fixed length, or one sequence: no empty tile).
-  const int64_t chunk_index = (p.cu_seqlens ? p.B * p.T : p.T) / prefill_cuda::kC +
-                              ((p.cu_seqlens ? p.B * p.T : p.T) % prefill_cuda::kC != 0);
-  const int64_t tiles = chunk_index * heads;
+  const int64_t tiles = longest_chunks(p) * heads;
   const double intra_us =
       double(p.B * p.T / prefill_cuda::kC + num_seq) * p.HV * kIntraTileUs / sms;
   auto split_us = [&](int vs, int seg_chunks) {
@@ -402,9 +406,7 @@ size_t order_ws_bytes(const ForwardParams& p, const Plan& plan) {
 // Streamed intra kernel: ready counters per (sequence, value head, block of kReadyChunks chunks
 // of the longest sequence: a fixed-length batch or one sequence), then the StreamQueue.
 int64_t ready_blocks(const ForwardParams& p) {
-  const int64_t tokens = p.cu_seqlens ? p.B * p.T : p.T;  // the longest sequence, at most
-  const int64_t chunks = (tokens + prefill_cuda::kC - 1) / prefill_cuda::kC;
-  return (chunks + prefill_cuda::kReadyChunks - 1) / prefill_cuda::kReadyChunks;
+  return (longest_chunks(p) + prefill_cuda::kReadyChunks - 1) / prefill_cuda::kReadyChunks;
 }
 size_t ready_bytes(const ForwardParams& p) {
   return (size_t(num_sequences(p)) * size_t(p.HV > 0 ? p.HV : 0) * size_t(ready_blocks(p)) *
