@@ -141,17 +141,6 @@ static_assert(ke_col(3, 1) == 2 && ke_col(3, 5) == 3 && ke_col(4, 1) == 6 && ke_
                   ke_col(8, 6) == 5,
               "ke layout");
 
-// Barrier ids of the scan kernel (0 is __syncthreads, 1 left unused); at most 3 groups.
-enum Barrier : int {
-  kBarFull0 = 2,   // scan stage s filled: kBarFull0 + s
-  kBarEmpty0 = 5,  // scan stage s consumed: kBarEmpty0 + s
-  kBarPrep0 = 8,   // prepare group p among itself: kBarPrep0 + p
-  kBarPair0 = 11,  // key split: the two warps of value rows 16 p .. 16 p + 15: kBarPair0 + p
-};
-static_assert(prep_groups<32>() <= 3 && prep_groups<64>() <= 3 && prep_groups<128>() <= 3 &&
-                  kBarPair0 + 32 / 16 <= 16,
-              "barrier ids");
-
 // ---- intra kernel (one CTA of kPrepThreads per chunk and value head) --------------------------
 
 // Raw q, k, g of one chunk (rows past the sequence end zero-filled). After the gate pass the gate
@@ -333,8 +322,40 @@ template <int kVs>
 constexpr int scan_stages() {
   return kVs == 128 ? 3 : prep_groups<kVs>();
 }
-static_assert(scan_stages<32>() <= 3 && scan_stages<64>() <= 3 && scan_stages<128>() <= 3,
-              "barrier ids: kBarFull0 + s, kBarEmpty0 + s below kBarPrep0");
+// Hand-off slots: chunk f (the CTA's flat chunk index) goes through scan stage f % scan_stages,
+// is prepared by group f % prep_groups, and signals Full / is released on barrier slot
+// f % handoff_slots, the least common multiple: every slot's Full barrier has one writer group,
+// and the group that waits on an Empty slot (for the release of chunk f - scan_stages, before
+// writing chunk f) is always the same one. With ids per stage, as before session 11, the two
+// groups of kVs = 128 took turns on the three stages' barriers: a group could complete the other
+// group's Empty barrier with the scan's release meant for it (a named barrier counts threads,
+// not chunks) and overwrite a stage not yet read. That needed one group to fall a whole chunk of
+// work behind the other (never observed, tests bitwise stable), but nothing excluded it.
+template <int kVs>
+constexpr int handoff_slots() {
+  int a = prep_groups<kVs>(), b = scan_stages<kVs>();  // lcm by Euclid (std::lcm is host code)
+  const int product = a * b;
+  while (b != 0) {
+    const int r = a % b;
+    a = b;
+    b = r;
+  }
+  return product / a;
+}
+// Named barrier ids of the scan kernel (0 is __syncthreads): Full and Empty per hand-off slot,
+// one per prepare group, and the key split's warp pairs (kVs = 32).
+template <int kVs>
+struct BarrierIds {
+  static constexpr int kFull0 = 1;
+  static constexpr int kEmpty0 = kFull0 + handoff_slots<kVs>();
+  static constexpr int kPrep0 = kEmpty0 + handoff_slots<kVs>();
+  static constexpr int kPair0 = kPrep0 + prep_groups<kVs>();
+  static constexpr int kEnd = kPair0 + (key_split<kVs>() > 1 ? kVs / 16 : 0);
+};
+static_assert(BarrierIds<32>::kEnd <= 16 && BarrierIds<64>::kEnd <= 16 &&
+                  BarrierIds<128>::kEnd <= 16,
+              "16 named barriers per CTA");
+
 template <int kVs>
 struct SharedPlan {
   RawStage<kVs> raw[prep_groups<kVs>()][2];   // group p: its chunks alternate raw[p][0], [p][1]

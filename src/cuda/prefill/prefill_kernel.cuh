@@ -16,10 +16,10 @@
 //                  (V_new, O; at kVs = 128 / 64 V_new = Tb (v - kw S) on wgmma + mma.sync) and the
 //                  split-bf16 state update; output staged and stored to `out`;
 //                  16 value rows per warp (at kVs = 32 two warps per 16 rows, one per key half,
-//                  exchanging their V_new / O partials on kBarPair0 + p: key_split, config.h)
+//                  exchanging their V_new / O partials on a pair barrier: key_split, config.h)
 //                                                                                (scan.cuh)
-// Hand-off: named barriers kBarFull0 + s (prepare arrives, scan waits) and kBarEmpty0 + s (scan
-// arrives, prepare waits) per stage s; a prepare group syncs on kBarPrep0 + p.
+// Hand-off: named barriers Full (prepare arrives, scan waits) and Empty (scan arrives, prepare
+// waits) per hand-off slot f % handoff_slots (config.h); a prepare group syncs on its own.
 // Shared memory: SharedPlan<kVs> (config.h). Reads q, k, v, g and 128 B of workspace per token and
 // head, writes out once; reads and writes the state once per (sequence, head), and with
 // boundary_states also writes it every 64 tokens (before chunks 0, 4, 8, ... of the sequence).
@@ -127,7 +127,9 @@ __device__ __forceinline__ void prepare_job(const PrefillArgs& a, SharedPlan<kVs
   const int hv = job.hv, v0 = job.v0, c1 = job.c1;
   const int64_t bos = job.bos, eos = job.eos;
   const int h = hv / a.group;
-  const int bar_prep = kBarPrep0 + p;
+  using Bar = BarrierIds<kVs>;
+  constexpr int kSlots = handoff_slots<kVs>();
+  const int bar_prep = Bar::kPrep0 + p;
   const int64_t slot0 = slot_base(bos, job.n);
   const float bias = a.dt_bias ? a.dt_bias[int64_t(hv) * kK + i] : 0.0f;
   const float A = a.A_log ? expf(a.A_log[hv]) : 1.0f;
@@ -167,7 +169,8 @@ __device__ __forceinline__ void prepare_job(const PrefillArgs& a, SharedPlan<kVs
     // group's products, and compute-sanitizer racecheck sees the scan's reads of stage p ordered
     // before these writes (with the Empty wait alone it reports hazards on every stage write).
     device::bar_sync(bar_prep, kPrepThreads);
-    if (f >= kStages) device::bar_sync(kBarEmpty0 + st, kThreads);  // scan done with stage st
+    if (f >= kStages)  // the scan is done with stage st (chunk f - kStages, slot of that chunk)
+      device::bar_sync(Bar::kEmpty0 + (f - kStages) % kSlots, kThreads);
     scan_operands(a, raw, sb, i, Gr, kOutputs, with_u);
     // The wgmma scan reads the stage through the async proxy: order these generic writes first.
     if constexpr (uses_wgmma<kVs>()) device::fence_proxy_async_shared();
@@ -175,7 +178,7 @@ __device__ __forceinline__ void prepare_job(const PrefillArgs& a, SharedPlan<kVs
     // (the same release pattern compute-sanitizer racecheck verifies: bar.sync, then bar.arrive),
     // and every read of raw[p][buf] is done before it is refilled.
     device::bar_sync(bar_prep, kPrepThreads);
-    device::bar_arrive(kBarFull0 + st, kThreads);
+    device::bar_arrive(Bar::kFull0 + f % kSlots, kThreads);
     issue(c + 2 * kGroups, buf);
   }
 }
@@ -215,6 +218,8 @@ __device__ __forceinline__ void scan_job(const PrefillArgs& a, SharedPlan<kVs>& 
   constexpr int kGroups = prep_groups<kVs>(), kStages = scan_stages<kVs>();
   constexpr int kThreads = handoff_threads<kVs>();  // one prepare group + the scan warps
   constexpr int kSplit = key_split<kVs>();
+  using Bar = BarrierIds<kVs>;
+  constexpr int kSlots = handoff_slots<kVs>();
   const int ws = (threadIdx.x >> 5) - kPrepWarps * kGroups;
   const int vc = 16 * (ws % (kVs / 16));  // this warp's first row inside the CTA's slice
   const int row = job.row0 + vc;          // ... inside S^T
@@ -263,7 +268,7 @@ __device__ __forceinline__ void scan_job(const PrefillArgs& a, SharedPlan<kVs>& 
 #pragma unroll 1
     for (; c < c_end; ++c, ++flat) {
       const int st = flat % kStages;
-      device::bar_sync(kBarFull0 + st, kThreads);
+      device::bar_sync(Bar::kFull0 + flat % kSlots, kThreads);
       const int nvalid =
           int(eos - (bos + int64_t(c) * kC) < kC ? eos - (bos + int64_t(c) * kC) : kC);
       uint16_t* const out_c = out_rows + int64_t(c) * kC * a.out_stride;
@@ -272,7 +277,7 @@ __device__ __forceinline__ void scan_job(const PrefillArgs& a, SharedPlan<kVs>& 
       else
         scan_chunk<kVs, kOutputs>(a, sm.scan[st], sm.ostage[ws], S, vc, out_c, nvalid, with_u, kh,
                                   key_exchange(sm, vc / 16), flat & 1);
-      if (flat + kStages < total) device::bar_arrive(kBarEmpty0 + st, kThreads);
+      if (flat + kStages < total) device::bar_arrive(Bar::kEmpty0 + flat % kSlots, kThreads);
     }
   }
 

@@ -227,7 +227,7 @@ __device__ __forceinline__ void scan_chunk(const PrefillArgs& a, const ScanStage
       mine[32 * m] = make_float4(vn[0][m][0], vn[0][m][1], vn[0][m][2], vn[0][m][3]);
       mine[32 * (kTiles + m)] = make_float4(o[0][m][0], o[0][m][1], o[0][m][2], o[0][m][3]);
     }
-    device::bar_sync(kBarPair0 + vc / 16, 64);
+    device::bar_sync(BarrierIds<kVs>::kPair0 + vc / 16, 64);
 #pragma unroll
     for (int m = 0; m < kTiles; ++m) {
       const float4 pv = other[32 * m], po = other[32 * (kTiles + m)];
