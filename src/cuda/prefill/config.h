@@ -96,12 +96,16 @@ template <int kVs>
 constexpr int scan_regs() {
   return kVs == 128 ? 144 : 176;
 }
-// Registers of a CTA after setmaxnreg: within the 64 K of the SM (one CTA per SM).
+// Registers of a CTA after setmaxnreg: within what the CTA was launched with (one CTA per SM:
+// 64 K / threads per thread, rounded down to a multiple of 8), the pool setmaxnreg.inc draws
+// from. More than that and the scan warps' setmaxnreg.inc waits forever (a hang, not an error:
+// three groups at kVs = 128, 640 threads x 96, with 80 + 136 registers, session 11).
 template <int kVs>
 constexpr bool fits_register_file() {
+  constexpr int launched = 65536 / block_threads<kVs>() / 8 * 8;
   return prep_groups<kVs>() * kPrepThreads * prep_regs<kVs>() +
              scan_threads_padded<kVs>() * scan_regs<kVs>() <=
-         65536;
+         block_threads<kVs>() * launched;
 }
 static_assert(fits_register_file<32>() && fits_register_file<64>() && fits_register_file<128>(),
               "register file");
