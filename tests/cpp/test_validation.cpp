@@ -198,6 +198,30 @@ TEST(Validation, CudaRequirements) {
   }
 }
 
+// B * T >= 2^31 on CUDA (TMA coordinates are 32-bit): the workspace size query raises the same
+// error as forward, before any device access (no GPU needed; the host buffers are never read).
+TEST(Validation, CudaTokenLimitInSizeQuery) {
+  if (!fastkda::built_with_cuda()) {
+    expect_forward_error([](ForwardCase& c) { c.p.device = fastkda::Device::kCUDA; },
+                         "built without CUDA");
+    return;
+  }
+  auto big = [](ForwardCase& c) {
+    c.p.device = fastkda::Device::kCUDA;
+    c.p.K = c.p.V = 128;
+    c.p.io_dtype = fastkda::DType::kBF16;
+    c.p.B = 1;
+    c.p.T = int64_t(1) << 31;
+  };
+  ForwardCase c;
+  big(c);
+  expect_error([&] { fastkda::forward_workspace_size(c.p); }, "T:");
+  expect_forward_error(big, "T:");
+  c.p.B = 2;  // B * T = 2^31 again, as two sequences
+  c.p.T = int64_t(1) << 30;
+  expect_error([&] { fastkda::forward_workspace_size(c.p); }, "T:");
+}
+
 // ---- decode --------------------------------------------------------------------------------
 struct DecodeCase {
   int64_t N = 3;

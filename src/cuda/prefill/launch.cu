@@ -112,11 +112,8 @@ CUtensorMap tensor_map(const void* base, CUtensorMapDataType type, int elem_byte
 // value columns of v (at kVs = 64 / 32 in blocks of 8 columns: v_in_blocks), kC token rows per
 // box.
 void make_load_maps(const ForwardParams& p, const Strides& s, int vsplit, PrefillArgs& a) {
-  const int64_t rows = p.B * p.T;
-  if (rows <= 0) return;  // nothing is loaded
-  FASTKDA_CHECK(rows <= int64_t(INT32_MAX),
-                "T: expected B * T <= 2^31 - 1 tokens (TMA box coordinates are 32-bit), got ",
-                rows);
+  const int64_t rows = p.B * p.T;  // <= 2^31 - 1 (check_launch_limits)
+  if (rows <= 0) return;           // nothing is loaded
   using prefill_cuda::kC;
   constexpr int kK = prefill_cuda::kK, kV = prefill_cuda::kV;
   const auto bf16 = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
@@ -426,8 +423,21 @@ size_t seg_ws_bytes(const ForwardParams& p, const Plan& plan) {
 }  // namespace
 
 // 0 for shapes the CUDA prefill rejects (prefill() then names the argument).
+// The launch limits that depend on the shapes alone, checked by the size query and by prefill()
+// before anything else (no device access): the same error from both.
+void check_launch_limits(const ForwardParams& p) {
+  FASTKDA_CHECK(p.B * p.T <= int64_t(INT32_MAX),
+                "T: expected B * T <= 2^31 - 1 tokens (TMA box coordinates are 32-bit), got ",
+                p.B * p.T);
+  const int64_t slots = chunk_slots(p);
+  FASTKDA_CHECK(slots <= int64_t(INT32_MAX) && p.HV <= 65535,
+                "T: expected at most 2^31 - 1 chunk slots and 65535 value heads per launch, got ",
+                slots, " chunk slots x ", p.HV, " heads");
+}
+
 size_t prefill_workspace_size(const ForwardParams& p) {
   if (p.K != prefill_cuda::kK || p.V != prefill_cuda::kV) return 0;
+  check_launch_limits(p);
   const Plan plan = choose_plan(p, num_sequences(p), sm_count(p.device_index));
   return chunk_ws_bytes(p) + seg_ws_bytes(p, plan) + order_ws_bytes(p, plan) +
          stream_ws_bytes(p, plan);
@@ -435,6 +445,7 @@ size_t prefill_workspace_size(const ForwardParams& p) {
 
 void prefill(const ForwardParams& p) {
   using prefill_cuda::Pass;
+  check_launch_limits(p);  // also from validation (the size query); kept for direct callers
   const Strides s = token_strides(p);
   check_cuda_preconditions(p, s);
   const int64_t num_seq = num_sequences(p);
@@ -443,10 +454,7 @@ void prefill(const ForwardParams& p) {
   PrefillArgs a = make_args(p, s);
   a.ws = static_cast<float*>(p.workspace);
   a.num_seq = num_seq;
-  const int64_t slots = chunk_slots(p);
-  FASTKDA_CHECK(slots <= int64_t(INT32_MAX) && p.HV <= 65535,
-                "T: expected at most 2^31 - 1 chunk slots and 65535 value heads per launch, got ",
-                slots, " chunk slots x ", p.HV, " heads");
+  const int64_t slots = chunk_slots(p);  // within the launch limits (validation: the size query)
   const Plan plan = choose_plan(p, num_seq, sm_count(p.device_index));
   a.vsplit = plan.vsplit;
   make_load_maps(p, s, plan.vsplit, a);
