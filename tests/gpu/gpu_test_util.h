@@ -387,4 +387,15 @@ inline std::vector<bool> written_slots(const Problem& p) {
   return w;
 }
 
+// f() must throw a fastkda::Error whose message names `needle`; `what` says which call (on failure).
+template <class F>
+void expect_error(F&& f, const std::string& needle, const std::string& what) {
+  try {
+    f();
+    ADD_FAILURE() << what << " must throw";
+  } catch (const fastkda::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << what << ": " << e.what();
+  }
+}
+
 }  // namespace fastkda_prefill_test
