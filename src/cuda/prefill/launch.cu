@@ -422,7 +422,6 @@ size_t seg_ws_bytes(const ForwardParams& p, const Plan& plan) {
 
 }  // namespace
 
-// 0 for shapes the CUDA prefill rejects (prefill() then names the argument).
 // The launch limits that depend on the shapes alone, checked by the size query and by prefill()
 // before anything else (no device access): the same error from both.
 void check_launch_limits(const ForwardParams& p) {
@@ -435,6 +434,7 @@ void check_launch_limits(const ForwardParams& p) {
                 slots, " chunk slots x ", p.HV, " heads");
 }
 
+// 0 for shapes the CUDA prefill rejects (prefill() then names the argument).
 size_t prefill_workspace_size(const ForwardParams& p) {
   if (p.K != prefill_cuda::kK || p.V != prefill_cuda::kV) return 0;
   check_launch_limits(p);
