@@ -422,6 +422,7 @@ size_t seg_ws_bytes(const ForwardParams& p, const Plan& plan) {
 
 }  // namespace
 
+namespace {
 // The launch limits that depend on the shapes alone, checked by the size query and by prefill()
 // before anything else (no device access): the same error from both.
 void check_launch_limits(const ForwardParams& p) {
@@ -433,6 +434,7 @@ void check_launch_limits(const ForwardParams& p) {
                 "T: expected at most 2^31 - 1 chunk slots and 65535 value heads per launch, got ",
                 slots, " chunk slots x ", p.HV, " heads");
 }
+}  // namespace
 
 // 0 for shapes the CUDA prefill rejects (prefill() then names the argument).
 size_t prefill_workspace_size(const ForwardParams& p) {
