@@ -2,7 +2,7 @@
 # One device-machine call for the prefill kernel: build (or use the carried binary), GPU tests,
 # compute-sanitizer on a small case, the C++ benchmark and fla's chunk_kda in one process.
 # Usage (repo root, on the GPU machine):
-#   scripts/gpu_check_prefill.sh [tests] [seeds] [sanitize|racecheck] [bench] [fla]
+#   scripts/gpu_check_prefill.sh [tests] [seeds] [sanitize|racecheck] [scanchain] [bench] [fla]
 #   env: BENCH_FILTER (shape substring), FLA_FILTER, TEST_FILTER (gtest filter), BIN (test binary),
 #        SEEDS (seeds step: how many pinned seeds, default 10), FLA_CACHE_OUT=1 (return fla's
 #        Triton cache in parts; copy them into .triton-cache here and carry it in later calls
@@ -80,6 +80,11 @@ for s in $steps; do
           summary+="sanitizer $tool $cfg rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | head -2 | tr '\n' ' ')"$'\n'
         done
       done ;;
+    scanchain)
+      # The sequential part of the scan alone at C = 16 / 32 / 64 (tests/gpu/test_scan_chain_bench.cu).
+      timeout 120 "$BIN" --gtest_also_run_disabled_tests --gtest_filter='ScanChainBench.*' \
+        > "$OUT/scanchain.txt" 2>&1
+      summary+="scanchain rc=$?"$'\n'"$(grep -E '^SCANCHAIN|FAILED  \]' "$OUT/scanchain.txt")"$'\n' ;;
     bench)
       vsplits=${VSPLITS-1,2,4}  # forced value splits for extra rows (unset: 1,2,4; empty: none)
       env FASTKDA_BENCH_FILTER="${BENCH_FILTER:-}" ${vsplits:+FASTKDA_BENCH_VSPLITS=$vsplits} \
