@@ -261,6 +261,15 @@ struct DeviceInputs {
   }
 };
 
+// Params of p on the device inputs d for a workspace size query (and a forward writing `out`):
+// no states, no A_log / dt_bias (the size depends on neither).
+inline fastkda::ForwardParams size_query_params(const Problem& p, const DeviceInputs& d,
+                                                void* out) {
+  return p.params({d.q.get(), d.k.get(), d.v.get(), d.g.get(), d.beta.get(), d.cu.get(), nullptr,
+                   nullptr, out, nullptr, nullptr, nullptr},
+                  fastkda::Device::kCUDA);
+}
+
 // GPU run: out poisoned with NaN; final states start as a copy of the initial pool (or NaN when
 // there is no initial state) so unwritten slots can be checked bit for bit.
 inline Result run_gpu(const Problem& p, const DeviceInputs& d, cudaStream_t stream = nullptr) {

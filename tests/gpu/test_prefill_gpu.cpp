@@ -879,12 +879,8 @@ TEST(PrefillGpu, SplitTInvariants) {
   c.HV = 2;
   Problem p(c);
   DeviceInputs d(p);
-  fastkda::ForwardParams f =
-      p.params({d.q.get(), d.k.get(), d.v.get(), d.g.get(), d.beta.get(), d.cu.get(), nullptr,
-                nullptr, nullptr, nullptr, nullptr, nullptr},
-               fastkda::Device::kCUDA);
   DeviceBuf out(p.out_elems() * 2);
-  f.out = out.get();
+  const fastkda::ForwardParams f = size_query_params(p, d, out.get());
   const size_t tokens = 251, n = 4;
   const size_t chunk_bytes = ((tokens / 16 + n) * f.HV * 2176 + 255) / 256 * 256;
   EXPECT_EQ(fastkda::forward_workspace_size(f), chunk_bytes + (tokens / 64 + n) * f.HV * 131072);
@@ -985,12 +981,8 @@ TEST(PrefillGpu, StreamedIntra) {
     ScopedEnv env("FASTKDA_PREFILL_STREAM", "1");
     check_against_oracle(p, "streamed intra");
     if (!c.pool) check_graph_capture(c);  // the counters' memset and both grids in one graph
-    fastkda::ForwardParams f =
-        p.params({d.q.get(), d.k.get(), d.v.get(), d.g.get(), d.beta.get(), d.cu.get(), nullptr,
-                  nullptr, nullptr, nullptr, nullptr, nullptr},
-                 fastkda::Device::kCUDA);
     DeviceBuf out(p.out_elems() * 2);
-    f.out = out.get();
+    const fastkda::ForwardParams f = size_query_params(p, d, out.get());
     const size_t slots = size_t(p.c.B * p.c.T / 16 + p.num_seq);  // chunk slots (config.h)
     const size_t chunk_bytes = (slots * p.c.HV * 2176 + 255) / 256 * 256;
     // Ready counters: per sequence, head and 8 chunks of the longest sequence (varlen: of all

@@ -23,6 +23,7 @@
 
 #include "cuda/device/ptx.cuh"
 #include "cuda/device/wgmma.cuh"
+#include "cuda/prefill/scan.cuh"
 #include "gpu_buffers.h"
 
 namespace {
@@ -101,19 +102,13 @@ __device__ __forceinline__ void bf16_rs(float (&d)[N / 2], const uint32_t (&a)[4
   else wgmma_m64n128k16_bf16_rs(d, a, b, acc);
 }
 
-// tf32 A fragment (k8) from accumulator tile j (columns 8 j ..): k slots permuted as in the scan.
+// A fragments from accumulator tiles, as the shipped scan forms them (prefill/scan.cuh): tf32 (k8)
+// from tile j, split bf16 (k16) from tiles 2 kk, 2 kk + 1.
 __device__ __forceinline__ void tile_to_tf32(const float* c, uint32_t (&a)[4]) {
-  a[0] = tf32_rn(c[0]);
-  a[1] = tf32_rn(c[2]);
-  a[2] = tf32_rn(c[1]);
-  a[3] = tf32_rn(c[3]);
+  fastkda::prefill_cuda::acc_to_a(*reinterpret_cast<const float(*)[4]>(c), a);
 }
-// Split-bf16 A fragment (k16) from accumulator tiles 2 kk, 2 kk + 1.
 __device__ __forceinline__ void tiles_to_bf16(const float* c, uint32_t (&h)[4], uint32_t (&l)[4]) {
-  split_bf16x2(c[0], c[1], h[0], l[0]);
-  split_bf16x2(c[2], c[3], h[1], l[1]);
-  split_bf16x2(c[4], c[5], h[2], l[2]);
-  split_bf16x2(c[6], c[7], h[3], l[3]);
+  fastkda::prefill_cuda::split_vnew(*reinterpret_cast<const float(*)[2][4]>(c), h, l);
 }
 
 constexpr int kSmemBytes = 80 * 1024;  // zeros; every descriptor below reads inside it

@@ -420,9 +420,6 @@ size_t seg_ws_bytes(const ForwardParams& p, const Plan& plan) {
          size_t(p.HV > 0 ? p.HV : 0) * prefill_cuda::kSegBytes;
 }
 
-}  // namespace
-
-namespace {
 // The launch limits that depend on the shapes alone, checked by the size query and by prefill()
 // before anything else (no device access): the same error from both.
 void check_launch_limits(const ForwardParams& p) {
@@ -434,6 +431,7 @@ void check_launch_limits(const ForwardParams& p) {
                 "T: expected at most 2^31 - 1 chunk slots and 65535 value heads per launch, got ",
                 slots, " chunk slots x ", p.HV, " heads");
 }
+
 }  // namespace
 
 // 0 for shapes the CUDA prefill rejects (prefill() then names the argument).
