@@ -13,6 +13,9 @@
 // Differences from the shipped 16-token scan (prefill/scan.cuh): P and O as two wgmma per k step
 // (not one N = 2C wgmma: O^T must be its own accumulator for the A_qk step), V_new and the A_qk
 // step on wgmma (not mma.sync), no output staging. The C = 16 row is the comparison point.
+// Measured (session 12, H200, us per 16 tokens, C = 16 / 32 / 64): kVs = 64 0.77 / 0.90 / 1.05,
+// kVs = 128 1.17 / 1.43 / 1.72, kVs = 128 with the warpgroups apart 1.10 / 1.35 / 1.72: longer
+// chunks cost more per token in the chain (docs/prefill.md, Session 12).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -116,7 +119,7 @@ constexpr uint32_t kLbo = 128, kSbo = 4096;
 
 template <int C>
 __global__ void __launch_bounds__(256, 1)
-    scan_chain_kernel(int chunks, float* state_out, uint32_t* o_out) {
+    scan_chain_kernel(int chunks, float* state_out, uint32_t* o_out, int desync) {
   extern __shared__ __align__(128) unsigned char smem[];
   for (int i = threadIdx.x; i < kSmemBytes / 16; i += blockDim.x)
     reinterpret_cast<uint4*>(smem)[i] = make_uint4(0, 0, 0, 0);
@@ -133,8 +136,16 @@ __global__ void __launch_bounds__(256, 1)
   wgmma_fence_operands(S);
   uint32_t* o_dst = o_out + (size_t(blockIdx.x) * blockDim.x + threadIdx.x) * (C / 4);
 
+  // desync: each warpgroup waits on its own barrier (an mbarrier hand-off would let them run
+  // apart), the second starting a few microseconds late; else one barrier for all (the shipped
+  // named-barrier hand-off, which keeps the warpgroups in lockstep).
+  const int wg = threadIdx.x / 128;
+  if (desync && wg == 1) __nanosleep(2000);
   for (int c = 0; c < chunks; ++c) {
-    bar_sync(1, blockDim.x);  // stands for the hand-off wait
+    if (desync)
+      bar_sync(1 + wg, 128);
+    else
+      bar_sync(1, blockDim.x);  // stands for the hand-off wait
     // P^T and O^T over the 128 keys, A = tf32(S) in batches of 4 key tiles.
     float pk[C / 2], o[C / 2];
 #pragma unroll
@@ -226,7 +237,7 @@ __global__ void __launch_bounds__(256, 1)
 }
 
 template <int C>
-float time_chain(int warpgroups, int sms, int tokens) {
+float time_chain(int warpgroups, int sms, int tokens, int desync = 0) {
   const int threads = 128 * warpgroups, chunks = tokens / C;
   fastkda_gpu_test::DeviceBuf state(size_t(sms) * threads * 64 * 4);
   fastkda_gpu_test::DeviceBuf o(size_t(sms) * threads * (C / 4) * 4);
@@ -236,7 +247,7 @@ float time_chain(int warpgroups, int sms, int tokens) {
   auto launch = [&] {
     scan_chain_kernel<C><<<sms, threads, kSmemBytes>>>(chunks,
                                                        static_cast<float*>(state.get()),
-                                                       static_cast<uint32_t*>(o.get()));
+                                                       static_cast<uint32_t*>(o.get()), desync);
   };
   for (int i = 0; i < 2; ++i) launch();
   cudaEvent_t e0, e1;
@@ -271,6 +282,9 @@ TEST(ScanChainBench, DISABLED_ChunkLengths) {
     std::printf("SCANCHAIN kVs=%d us_per_16_tokens C16 %.3f C32 %.3f C64 %.3f\n", 64 * wg, t16, t32,
                 t64);
   }
+  std::printf("SCANCHAIN kVs=128 desync us_per_16_tokens C16 %.3f C32 %.3f C64 %.3f\n",
+              time_chain<16>(2, sms, kTokens, 1), time_chain<32>(2, sms, kTokens, 1),
+              time_chain<64>(2, sms, kTokens, 1));
 }
 
 }  // namespace
