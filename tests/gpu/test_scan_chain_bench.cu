@@ -88,6 +88,18 @@ __device__ __forceinline__ void wgmma_m64n64k16_bf16_rs(float (&d)[32], const ui
         "r"(int(accumulate)));
 }
 
+// m64n128k16 bf16 with A from shared memory too (SS; A and B K-major, no transpose).
+__device__ __forceinline__ void wgmma_m64n128k16_bf16_ss(float (&d)[64], SmemDesc desc_a,
+                                                         SmemDesc desc_b, bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\n.reg .b64 da, db;\nsetp.ne.b32 p, %68, 0;\n"
+      "mov.b64 da, {%64, %65};\nmov.b64 db, {%66, %67};\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, da, db, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(desc_a.lo), "r"(desc_a.hi), "r"(desc_b.lo), "r"(desc_b.hi), "r"(int(accumulate)));
+}
+
 
 template <int N>
 __device__ __forceinline__ void tf32_rs(float (&d)[N / 2], const uint32_t (&a)[4], SmemDesc b,
@@ -236,18 +248,225 @@ __global__ void __launch_bounds__(256, 1)
   for (int i = 0; i < 64; ++i) dst[i] = S[i];
 }
 
+// 16-token chunks in two orders (kVs = 64 / 128 as above, one barrier per chunk):
+//   kLook = false, the shipped scan's order (prefill/scan.cuh): P^T and O^T as one m64n32k8 per
+//     key step in 2 batches of 8, V_new^T = (v^T - P^T) Tb^T, O^T += V_new^T A_qk^T, out, decay,
+//     state update: four waits, each product waiting for the one before;
+//   kLook = true, one chunk of lookahead: with S_{c+1} = S_c D_c + V_c^T ke_c,
+//     P_{c+1} = S_c (D_c kw_{c+1})^T + V_c^T M_c,  M_c = ke_c kw_{c+1}^T (16 x 16, from the
+//     producers), so chunk c forms V_c from P~_c (formed during chunk c - 1) plus the small
+//     correction V_{c-1}^T M_{c-1}, then issues [P~_{c+1} | O_c] from S_c and the state update
+//     in the same wgmma stream: the K = 128 products and the state update no longer wait for
+//     each other.
+// Here A_qk goes into its own accumulator (a wgmma into a slice of the m64n32 one serialises).
+// kPhases (shipped order only; bits, all by default): 1 P^T / O^T, 2 V_new^T and A_qk, 4 the
+// decay and the state update; a phase left out keeps its registers as they are. With 4: 8 = the
+// state update with A = V_new^T hi / lo from shared memory (SS: each thread stores its fragments,
+// proxy fence, warpgroup barrier), 16 = one wgmma instead of three (its per-instruction cost).
+// 32: P^T / O^T in one wgmma group of 16 key tiles instead of two of 8.
+template <bool kLook, int kPhases = 7>
+__global__ void __launch_bounds__(256, 1)
+    chain16_kernel(int chunks, float* state_out, uint32_t* o_out, int /*desync: not used*/) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  for (int i = threadIdx.x; i < kSmemBytes / 16; i += blockDim.x)
+    reinterpret_cast<uint4*>(smem)[i] = make_uint4(0, 0, 0, 0);
+  fence_proxy_async_shared();
+  __syncthreads();
+  const float* decay = reinterpret_cast<const float*>(smem);
+  const SmemDesc desc = smem_desc_noswizzle(smem, kLbo, kSbo);
+  constexpr uint32_t kStep = 2 * kLbo / 16;
+  const int lane = threadIdx.x & 31, t = lane & 3;
+
+  float S[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) S[i] = 0.01f * float((threadIdx.x + i) % 7);
+  float pt[8], vprev[8];  // lookahead: P~ of the next chunk, V_new of the last one
+#pragma unroll
+  for (int i = 0; i < 8; ++i) pt[i] = vprev[i] = 0.0f;
+  wgmma_fence_operands(S);
+  uint32_t* o_dst = o_out + (size_t(blockIdx.x) * blockDim.x + threadIdx.x) * 4;
+
+  auto v_new = [&](const float (&p)[8], float (&vn)[8]) {  // (v^T - P^T) Tb^T, split bf16
+    float x[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      x[i] = 0.5f - p[i];
+      vn[i] = 0.0f;
+    }
+    uint32_t xh[4], xl[4];
+    tiles_to_bf16(x, xh, xl);
+    wgmma_fence_operands(vn);
+    wgmma_fence();
+    bf16_rs<16>(vn, xl, desc, true);
+    bf16_rs<16>(vn, xh, desc + 16, true);
+    bf16_rs<16>(vn, xh, desc, true);
+    wgmma_commit_group();
+    wgmma_wait_group<0>();
+    wgmma_fence_operands(vn);
+  };
+  auto decay_s = [&] {
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      const float2 d = *reinterpret_cast<const float2*>(&decay[8 * j + 2 * t]);
+      S[4 * j + 0] = S[4 * j + 0] * d.x + 1e-3f;
+      S[4 * j + 1] = S[4 * j + 1] * d.y + 1e-3f;
+      S[4 * j + 2] = S[4 * j + 2] * d.x + 1e-3f;
+      S[4 * j + 3] = S[4 * j + 3] * d.y + 1e-3f;
+    }
+  };
+  // The SS variant's A tiles: V_new^T hi and lo per warpgroup (2 x 2 KiB), past the zeros.
+  uint4* a_tile = reinterpret_cast<uint4*>(smem + kSmemBytes - 8192) + (threadIdx.x / 128) * 256;
+  const SmemDesc desc_a = smem_desc_noswizzle(a_tile, kLbo, 256);
+  auto state_update = [&](const float (&vn)[8]) {  // issue only: the caller commits and waits
+    uint32_t vh[4], vl[4];
+    tiles_to_bf16(vn, vh, vl);
+    if constexpr ((kPhases & 8) != 0) {
+      a_tile[threadIdx.x % 128] = make_uint4(vh[0], vh[1], vh[2], vh[3]);
+      a_tile[128 + threadIdx.x % 128] = make_uint4(vl[0], vl[1], vl[2], vl[3]);
+      fence_proxy_async_shared();
+      bar_sync(2 + int(threadIdx.x / 128), 128);
+    }
+    wgmma_fence_operands(S);
+    wgmma_fence();
+    if constexpr ((kPhases & 8) != 0) {
+      wgmma_m64n128k16_bf16_ss(S, desc_a + 128, desc, true);
+      wgmma_m64n128k16_bf16_ss(S, desc_a, desc + 16, true);
+      wgmma_m64n128k16_bf16_ss(S, desc_a, desc, true);
+    } else if constexpr ((kPhases & 16) != 0) {
+      wgmma_m64n128k16_bf16_rs(S, vh, desc, true);
+    } else {
+      wgmma_m64n128k16_bf16_rs(S, vl, desc, true);
+      wgmma_m64n128k16_bf16_rs(S, vh, desc + 16, true);
+      wgmma_m64n128k16_bf16_rs(S, vh, desc, true);
+    }
+  };
+
+  for (int c = 0; c < chunks; ++c) {
+    bar_sync(1, blockDim.x);  // stands for the hand-off wait
+    float acc[16], oq[8], vn[8];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) acc[i] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) oq[i] = 0.0f;
+    wgmma_fence_operands(acc);
+    wgmma_fence_operands(oq);
+    if constexpr (!kLook) {
+      constexpr int kBatch = (kPhases & 32) ? 16 : 8;
+#pragma unroll
+      for (int b = 0; b < ((kPhases & 1) ? 16 : 0); b += kBatch) {
+        uint32_t af[kBatch][4];
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j) tile_to_tf32(&S[4 * (b + j)], af[j]);
+        wgmma_fence();
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j)
+          wgmma_m64n32k8_tf32_rs(acc, af[j], desc + kStep * (b + j), true);
+        wgmma_commit_group();
+        wgmma_wait_group<0>();
+      }
+      wgmma_fence_operands(acc);
+      if constexpr ((kPhases & 2) != 0) {
+        v_new(reinterpret_cast<const float(&)[8]>(acc[0]), vn);
+      } else {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) vn[i] = acc[i] + 0.5f;
+      }
+      if constexpr ((kPhases & 2) != 0) {
+        uint32_t av[2][4];
+        tile_to_tf32(&vn[0], av[0]);
+        tile_to_tf32(&vn[4], av[1]);
+        wgmma_fence();
+        tf32_rs<16>(oq, av[0], desc + 32, true);
+        tf32_rs<16>(oq, av[1], desc + 32 + kStep, true);
+        wgmma_commit_group();
+        wgmma_wait_group<0>();
+        wgmma_fence_operands(oq);
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        o_dst[i] = pack_bf16x2(acc[8 + 2 * i] + oq[2 * i], acc[9 + 2 * i] + oq[2 * i + 1]);
+      if constexpr ((kPhases & 4) != 0) {
+        decay_s();
+        state_update(vn);
+        wgmma_commit_group();
+        wgmma_wait_group<0>();
+        wgmma_fence_operands(S);
+      } else {
+        S[0] += vn[0];
+        wgmma_fence_operands(S);  // S counts as changed: its conversions stay in the loop
+      }
+    } else {
+      {  // P_c = P~_c + V_{c-1}^T M_{c-1}
+        uint32_t av[2][4];
+        tile_to_tf32(&vprev[0], av[0]);
+        tile_to_tf32(&vprev[4], av[1]);
+        wgmma_fence_operands(pt);
+        wgmma_fence();
+        tf32_rs<16>(pt, av[0], desc + 48, true);
+        tf32_rs<16>(pt, av[1], desc + 48 + kStep, true);
+        wgmma_commit_group();
+        wgmma_wait_group<0>();
+        wgmma_fence_operands(pt);
+      }
+      v_new(pt, vn);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) vprev[i] = vn[i];
+      // Batch 1: O_c's intra-chunk part and [P~_{c+1} | O_c] over key tiles 0-7.
+      uint32_t av[2][4];
+      tile_to_tf32(&vn[0], av[0]);
+      tile_to_tf32(&vn[4], av[1]);
+      {
+        uint32_t af[8][4];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) tile_to_tf32(&S[4 * j], af[j]);
+        wgmma_fence();
+        tf32_rs<16>(oq, av[0], desc + 32, true);
+        tf32_rs<16>(oq, av[1], desc + 32 + kStep, true);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) wgmma_m64n32k8_tf32_rs(acc, af[j], desc + kStep * j, true);
+        wgmma_commit_group();
+        wgmma_wait_group<0>();
+      }
+      {  // Batch 2: key tiles 8-15, then (S read) the decay and the state update, one stream.
+        uint32_t af[8][4];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) tile_to_tf32(&S[4 * (8 + j)], af[j]);
+        decay_s();
+        wgmma_fence();
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+          wgmma_m64n32k8_tf32_rs(acc, af[j], desc + kStep * (8 + j), true);
+        state_update(vn);
+        wgmma_commit_group();
+        wgmma_wait_group<0>();
+        wgmma_fence_operands(S);
+      }
+      wgmma_fence_operands(acc);
+      wgmma_fence_operands(oq);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) pt[i] = acc[i];
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        o_dst[i] = pack_bf16x2(acc[8 + 2 * i] + oq[2 * i], acc[9 + 2 * i] + oq[2 * i + 1]);
+    }
+  }
+  float* dst = state_out + (size_t(blockIdx.x) * blockDim.x + threadIdx.x) * 64;
+#pragma unroll
+  for (int i = 0; i < 64; ++i) dst[i] = S[i] + pt[i % 8] + vprev[i % 8];
+}
+
+// Microseconds per 16 tokens of `kernel` (chunks of C tokens) on one CTA per SM.
+using ChainKernel = void (*)(int, float*, uint32_t*, int);
 template <int C>
-float time_chain(int warpgroups, int sms, int tokens, int desync = 0) {
+float time_kernel(ChainKernel kernel, int warpgroups, int sms, int tokens, int desync = 0) {
   const int threads = 128 * warpgroups, chunks = tokens / C;
   fastkda_gpu_test::DeviceBuf state(size_t(sms) * threads * 64 * 4);
   fastkda_gpu_test::DeviceBuf o(size_t(sms) * threads * (C / 4) * 4);
-  EXPECT_EQ(cudaFuncSetAttribute(scan_chain_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 kSmemBytes),
+  EXPECT_EQ(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes),
             cudaSuccess);
   auto launch = [&] {
-    scan_chain_kernel<C><<<sms, threads, kSmemBytes>>>(chunks,
-                                                       static_cast<float*>(state.get()),
-                                                       static_cast<uint32_t*>(o.get()), desync);
+    kernel<<<sms, threads, kSmemBytes>>>(chunks, static_cast<float*>(state.get()),
+                                         static_cast<uint32_t*>(o.get()), desync);
   };
   for (int i = 0; i < 2; ++i) launch();
   cudaEvent_t e0, e1;
@@ -269,6 +488,10 @@ float time_chain(int warpgroups, int sms, int tokens, int desync = 0) {
   std::sort(ms.begin(), ms.end());
   return ms[ms.size() / 2] * 1000.0f / float(tokens / 16);  // us per 16 tokens
 }
+template <int C>
+float time_chain(int warpgroups, int sms, int tokens, int desync = 0) {
+  return time_kernel<C>(scan_chain_kernel<C>, warpgroups, sms, tokens, desync);
+}
 
 TEST(ScanChainBench, DISABLED_ChunkLengths) {
   int dev = 0, sms = 0;
@@ -285,6 +508,28 @@ TEST(ScanChainBench, DISABLED_ChunkLengths) {
   std::printf("SCANCHAIN kVs=128 desync us_per_16_tokens C16 %.3f C32 %.3f C64 %.3f\n",
               time_chain<16>(2, sms, kTokens, 1), time_chain<32>(2, sms, kTokens, 1),
               time_chain<64>(2, sms, kTokens, 1));
+  for (int wg = 1; wg <= 2; ++wg)
+    std::printf("SCANCHAIN kVs=%d C16 us_per_16_tokens shipped_order %.3f lookahead %.3f\n",
+                64 * wg, time_kernel<16>(chain16_kernel<false>, wg, sms, kTokens),
+                time_kernel<16>(chain16_kernel<true>, wg, sms, kTokens));
+  for (int wg = 1; wg <= 2; ++wg)
+    std::printf("SCANCHAIN kVs=%d C16 us_per_16_tokens phases P/O %.3f V_new+A_qk %.3f state %.3f "
+                "P/O+state %.3f\n",
+                64 * wg, time_kernel<16>(chain16_kernel<false, 1>, wg, sms, kTokens),
+                time_kernel<16>(chain16_kernel<false, 2>, wg, sms, kTokens),
+                time_kernel<16>(chain16_kernel<false, 4>, wg, sms, kTokens),
+                time_kernel<16>(chain16_kernel<false, 5>, wg, sms, kTokens));
+  for (int wg = 1; wg <= 2; ++wg)
+    std::printf("SCANCHAIN kVs=%d C16 us_per_16_tokens state_only rs3 %.3f ss3 %.3f rs1 %.3f "
+                "all_with_ss_state %.3f\n",
+                64 * wg, time_kernel<16>(chain16_kernel<false, 4>, wg, sms, kTokens),
+                time_kernel<16>(chain16_kernel<false, 4 | 8>, wg, sms, kTokens),
+                time_kernel<16>(chain16_kernel<false, 4 | 16>, wg, sms, kTokens),
+                time_kernel<16>(chain16_kernel<false, 7 | 8>, wg, sms, kTokens));
+  for (int wg = 1; wg <= 2; ++wg)
+    std::printf("SCANCHAIN kVs=%d C16 us_per_16_tokens P/O_one_group: P/O %.3f all %.3f\n", 64 * wg,
+                time_kernel<16>(chain16_kernel<false, 1 | 32>, wg, sms, kTokens),
+                time_kernel<16>(chain16_kernel<false, 7 | 32>, wg, sms, kTokens));
 }
 
 }  // namespace
