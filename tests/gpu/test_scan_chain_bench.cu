@@ -277,7 +277,10 @@ __global__ void __launch_bounds__(256, 1)
 // decay and the state update; a phase left out keeps its registers as they are. With 4: 8 = the
 // state update with A = V_new^T hi / lo from shared memory (SS: each thread stores its fragments,
 // proxy fence, warpgroup barrier), 16 = one wgmma instead of three (its per-instruction cost).
-// 32: P^T / O^T in one wgmma group of 16 key tiles instead of two of 8.
+// 32: P^T / O^T in one wgmma group of 16 key tiles instead of two of 8. 64 (two warpgroups):
+// ping-pong, the warpgroups take turns to issue their two big wgmma sections (P^T / O^T, the
+// state update) through two named barriers, each its own hand-off barrier, so that one's
+// conversions, small products and waits run while the other's big section is on the tensor pipe.
 template <bool kLook, int kPhases = 7>
 __global__ void __launch_bounds__(256, 1)
     chain16_kernel(int chunks, float* state_out, uint32_t* o_out, int /*desync: not used*/) {
@@ -355,8 +358,21 @@ __global__ void __launch_bounds__(256, 1)
     }
   };
 
+  constexpr bool kPing = (kPhases & 64) != 0;
+  const int wg = threadIdx.x / 128;
+  const bool ping = kPing && blockDim.x == 256;
+  auto my_turn = [&] {
+    if (ping) bar_sync(5 + wg, 256);
+  };
+  auto your_turn = [&] {
+    if (ping) bar_arrive(5 + (wg ^ 1), 256);
+  };
+  if (wg == 1) your_turn();  // warpgroup 0 issues first
   for (int c = 0; c < chunks; ++c) {
-    bar_sync(1, blockDim.x);  // stands for the hand-off wait
+    if (ping)
+      bar_sync(1 + wg, 128);  // stands for a hand-off wait of its own
+    else
+      bar_sync(1, blockDim.x);  // stands for the hand-off wait
     float acc[16], oq[8], vn[8];
 #pragma unroll
     for (int i = 0; i < 16; ++i) acc[i] = 0.0f;
@@ -366,6 +382,7 @@ __global__ void __launch_bounds__(256, 1)
     wgmma_fence_operands(oq);
     if constexpr (!kLook) {
       constexpr int kBatch = (kPhases & 32) ? 16 : 8;
+      my_turn();
 #pragma unroll
       for (int b = 0; b < ((kPhases & 1) ? 16 : 0); b += kBatch) {
         uint32_t af[kBatch][4];
@@ -376,6 +393,7 @@ __global__ void __launch_bounds__(256, 1)
         for (int j = 0; j < kBatch; ++j)
           wgmma_m64n32k8_tf32_rs(acc, af[j], desc + kStep * (b + j), true);
         wgmma_commit_group();
+        if (b + kBatch == 16) your_turn();
         wgmma_wait_group<0>();
       }
       wgmma_fence_operands(acc);
@@ -401,8 +419,10 @@ __global__ void __launch_bounds__(256, 1)
         o_dst[i] = pack_bf16x2(acc[8 + 2 * i] + oq[2 * i], acc[9 + 2 * i] + oq[2 * i + 1]);
       if constexpr ((kPhases & 4) != 0) {
         decay_s();
+        my_turn();
         state_update(vn);
         wgmma_commit_group();
+        your_turn();
         wgmma_wait_group<0>();
         wgmma_fence_operands(S);
       } else {
@@ -464,6 +484,7 @@ __global__ void __launch_bounds__(256, 1)
         o_dst[i] = pack_bf16x2(acc[8 + 2 * i] + oq[2 * i], acc[9 + 2 * i] + oq[2 * i + 1]);
     }
   }
+  if (wg == 0) my_turn();  // warpgroup 1's last hand-over
   float* dst = state_out + (size_t(blockIdx.x) * blockDim.x + threadIdx.x) * 64;
 #pragma unroll
   for (int i = 0; i < 64; ++i) dst[i] = S[i] + pt[i % 8] + vprev[i % 8];
@@ -544,6 +565,9 @@ TEST(ScanChainBench, DISABLED_ChunkLengths) {
     std::printf("SCANCHAIN kVs=%d C16 us_per_16_tokens P/O_one_group: P/O %.3f all %.3f\n", 64 * wg,
                 time_kernel<16>(chain16_kernel<false, 1 | 32>, wg, sms, kTokens),
                 time_kernel<16>(chain16_kernel<false, 7 | 32>, wg, sms, kTokens));
+  std::printf("SCANCHAIN kVs=128 C16 us_per_16_tokens ping_pong %.3f (P/O one group %.3f)\n",
+              time_kernel<16>(chain16_kernel<false, 7 | 64>, 2, sms, kTokens),
+              time_kernel<16>(chain16_kernel<false, 7 | 32 | 64>, 2, sms, kTokens));
 }
 
 }  // namespace
