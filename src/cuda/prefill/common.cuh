@@ -129,11 +129,13 @@ __device__ __forceinline__ float load_beta_raw(const PrefillArgs& a, int64_t tok
 // log2 (-1443 for a gate of -1000) would make the chunk's running f32 sum G so large that the
 // differences G_r - G_s of later rows lose ~1e-3 of relative precision (ulp(1443) ~ 1.2e-4 per
 // addition). NaN stays NaN (max.NaN). The bounded gate never goes below lower_bound (>= -5).
+// kBounded: the caller knows a.gate == Gate::kBounded (no mode switch).
+template <bool kBounded = false>
 __device__ __forceinline__ void gate_rows(const PrefillArgs& a, const float (&x)[kC], float bias,
                                           float A, int nvalid, float (&al2)[kC]) {
   using device::ex2_approx;
   using device::fmax_nan;
-  switch (a.gate) {
+  switch (kBounded ? Gate::kBounded : a.gate) {
     case Gate::kBounded:
 #pragma unroll
       for (int row = 0; row < kC; ++row)
@@ -160,7 +162,7 @@ __device__ __forceinline__ void gate_rows(const PrefillArgs& a, const float (&x)
 
 // Thread i (key column i): the gate of its column for all kC rows and the cumulative sum G (log2)
 // in registers (Gr). Both kernels.
-template <class Raw>
+template <bool kBounded = false, class Raw>
 __device__ __forceinline__ void gate_cumsum(const PrefillArgs& a, const Raw& r, int nvalid,
                                             float bias, float A, int i, float (&Gr)[kC]) {
   const uint16_t* g16 = reinterpret_cast<const uint16_t*>(&r.g[0][0]);
@@ -169,7 +171,7 @@ __device__ __forceinline__ void gate_cumsum(const PrefillArgs& a, const Raw& r, 
   for (int row = 0; row < kC; ++row)
     x[row] = a.g_f32 ? r.g[row][i] : bf16_bits_to_f32(g16[row * kK + i]);
   float al2[kC];
-  gate_rows(a, x, bias, A, nvalid, al2);
+  gate_rows<kBounded>(a, x, bias, A, nvalid, al2);
   float G = 0.0f;
 #pragma unroll
   for (int row = 0; row < kC; ++row) {
@@ -205,20 +207,22 @@ __device__ __forceinline__ void warp_sum_many(float (&v)[kN], int lane) {
 }
 
 // The intra kernel's gate pass: gate_cumsum, the per-row anchor spans reduced over the
-// warp's 32 columns, the activated beta (threads 0..kC-1), and the row norms of q and k into
-// pp.rq (times the attention scale) / pp.rk (written to the workspace for the scan's
-// prepare).
-template <class Raw, class Priv>
+// warp's 32 columns (not for the bounded gate: see bounded_spans_fit), the activated beta
+// (threads 0..kC-1), and the row norms of q and k into pp.rq (times the attention scale) / pp.rk
+// (written to the workspace for the scan's prepare).
+template <bool kBounded, class Raw, class Priv>
 __device__ __forceinline__ void gate_scan(const PrefillArgs& a, Priv& pp, const Raw& r, int nvalid,
                                           float bias, float A, float beta_raw, int i,
                                           float (&Gr)[kC]) {
   const int lane = i & 31, warp = i >> 5;
-  gate_cumsum(a, r, nvalid, bias, A, i, Gr);
+  gate_cumsum<kBounded>(a, r, nvalid, bias, A, i, Gr);
+  if constexpr (!kBounded) {
 #pragma unroll
-  for (int row = 0; row < kC; ++row) {
-    const float span = (row < kHalf ? 0.0f : Gr[kHalf - 1]) - Gr[row];  // >= 0 (valid gates)
-    const uint32_t m = device::redux_max_u32(__float_as_uint(span));
-    if (lane == 0) pp.span[warp][row] = m;
+    for (int row = 0; row < kC; ++row) {
+      const float span = (row < kHalf ? 0.0f : Gr[kHalf - 1]) - Gr[row];  // >= 0 (valid gates)
+      const uint32_t m = device::redux_max_u32(__float_as_uint(span));
+      if (lane == 0) pp.span[warp][row] = m;
+    }
   }
   if (i < kC) pp.beta[i] = i < nvalid ? beta_activation(a, beta_raw) : 0.0f;
   // Row norms: 2 * kC rows (q then k) over the 4 warps; lane reads 4 columns.

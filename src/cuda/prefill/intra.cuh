@@ -19,12 +19,23 @@
 
 namespace fastkda::prefill_cuda {
 
+// The bounded gate's log2 decay per token lies in [lower_bound log2(e), 0] with lower_bound >= -5
+// (validate.cpp), so an 8-row block spans at most ~57.7 in log2: below kMaxAnchorSpan, no column
+// factor is clamped and no row needs exact_rows. The intra kernel drops the spans, the clamps and
+// the exact-rows check for it, and forms ko = kd 2^G_7 (rows 0..7: kd = k^ . 2^-G) with one
+// multiply instead of an exponential. (A NaN gate still makes its rows NaN, as the exact rows
+// did.)
+constexpr bool bounded_spans_fit() { return kHalf * 5.0f * kLog2e * 1.001f < kMaxAnchorSpan; }
+static_assert(bounded_spans_fit(), "bounded gate: an 8-row block stays inside the anchored range");
+
 // Thread i (key column i): the anchored tf32 operands kt, qt (rows), kd (over the gate rows: every
-// thread has read them, a barrier since), ko (columns).
+// thread has read them, a barrier since), ko (columns). kBounded: a.gate is Gate::kBounded.
+template <bool kBounded>
 __device__ __forceinline__ void anchored_operands(const PrefillArgs& a, PrepPrivate& pp, RawQKG& r,
                                                   int i, const float (&Gr)[kC]) {
   using device::ex2_approx;
   const float g7 = Gr[kHalf - 1];
+  const float p7 = kBounded ? ex2_approx(g7) : 0.0f;  // 2^G_7 (bounded_spans_fit: >= 2^-58)
   RowNorms rk{pp.rk}, rq{pp.rq};
 #pragma unroll
   for (int row = 0; row < kC; ++row) {
@@ -34,8 +45,14 @@ __device__ __forceinline__ void anchored_operands(const PrefillArgs& a, PrepPriv
     const float e = ex2_approx(Gr[row] - anchor);  // <= 1
     pp.kt[row][i] = tf32_operand(kn * e);
     pp.qt[row][i] = tf32_operand(qn * e);
-    r.kd[row][i] = tf32_operand(kn * ex2_approx(fminf(anchor - Gr[row], kMaxAnchorSpan)));
-    if (row < kHalf) pp.ko[row][i] = tf32_operand(kn * ex2_approx(g7 - Gr[row]));
+    if constexpr (kBounded) {
+      const float kd = kn * ex2_approx(anchor - Gr[row]);  // <= 2^58 k^: no clamp
+      r.kd[row][i] = tf32_operand(kd);
+      if (row < kHalf) pp.ko[row][i] = tf32_operand(kd * p7);
+    } else {
+      r.kd[row][i] = tf32_operand(kn * ex2_approx(fminf(anchor - Gr[row], kMaxAnchorSpan)));
+      if (row < kHalf) pp.ko[row][i] = tf32_operand(kn * ex2_approx(g7 - Gr[row]));
+    }
   }
 }
 

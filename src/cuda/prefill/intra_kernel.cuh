@@ -26,8 +26,8 @@ __device__ __forceinline__ void issue_qkg(const PrefillArgs& a, IntraPlan& sm, i
 // landed() runs on every thread after the loads landed (a barrier since), raw_free() once no
 // thread reads sm.raw any more (kRefill: each has also fenced its accesses for the async proxy,
 // so that the next chunk may be loaded there by TMA). Ends without a barrier after the record's
-// stores.
-template <bool kRefill, class Landed, class RawFree>
+// stores. kBounded: a.gate is Gate::kBounded (no spans, clamps or exact rows: bounded_spans_fit).
+template <bool kRefill, bool kBounded, class Landed, class RawFree>
 __device__ __forceinline__ void intra_chunk(const PrefillArgs& a, IntraPlan& sm, int64_t slot,
                                             int hv, int64_t tok0, int nvalid, uint32_t parity,
                                             Landed&& landed, RawFree&& raw_free) {
@@ -41,14 +41,16 @@ __device__ __forceinline__ void intra_chunk(const PrefillArgs& a, IntraPlan& sm,
   landed();
 
   float Gr[kC];
-  gate_scan(a, sm.pp, sm.raw, nvalid, bias, A, beta_raw, i, Gr);
+  gate_scan<kBounded>(a, sm.pp, sm.raw, nvalid, bias, A, beta_raw, i, Gr);
   __syncthreads();
-  anchored_operands(a, sm.pp, sm.raw, i, Gr);  // kd over the gate rows (dead from here on)
+  anchored_operands<kBounded>(a, sm.pp, sm.raw, i, Gr);  // kd over the gate rows (dead from here on)
   __syncthreads();
   intra_products(sm.pp, sm.raw.kd, i);
   if constexpr (kRefill) device::fence_proxy_async_shared();
   // Thread r < kC checks row r (its anchor span, reduced in gate_scan); the barrier ORs them.
-  if (__syncthreads_or(i < kC && row_needs_exact(sm.pp, i))) {
+  if constexpr (kBounded) {
+    __syncthreads();
+  } else if (__syncthreads_or(i < kC && row_needs_exact(sm.pp, i))) {
     auto& G = sm.pp.kt;  // the products are done with kt
 #pragma unroll
     for (int row = 0; row < kC; ++row) G[row][i] = Gr[row];
@@ -100,8 +102,11 @@ __global__ void __launch_bounds__(kPrepThreads, kIntraCtasPerSm)
     issue_qkg(a, sm, tok0, hv);
   }
   __syncthreads();  // the mbarrier is initialised before anyone waits on it
-  intra_chunk<false>(a, sm, slot, hv, tok0, int(eos - tok0 < kC ? eos - tok0 : kC), 0, [] {},
-                     [] {});
+  const int nvalid = int(eos - tok0 < kC ? eos - tok0 : kC);
+  if (a.gate == Gate::kBounded)
+    intra_chunk<false, true>(a, sm, slot, hv, tok0, nvalid, 0, [] {}, [] {});
+  else
+    intra_chunk<false, false>(a, sm, slot, hv, tok0, nvalid, 0, [] {}, [] {});
 }
 
 // Tile t of the streamed intra kernel: chunk t / (N HV) of sequence (t / HV) % N, value head
@@ -179,7 +184,10 @@ __global__ void __launch_bounds__(kPrepThreads, kIntraCtasPerSm)
       if (control) start(k ^ 1, next);
     };
     if (x.nvalid > 0) {
-      intra_chunk<true>(a, sm, x.slot, x.hv, x.tok0, x.nvalid, parity, publish, refill);
+      if (a.gate == Gate::kBounded)
+        intra_chunk<true, true>(a, sm, x.slot, x.hv, x.tok0, x.nvalid, parity, publish, refill);
+      else
+        intra_chunk<true, false>(a, sm, x.slot, x.hv, x.tok0, x.nvalid, parity, publish, refill);
       parity ^= 1u;
       ready = &a.ready[x.counter];
     } else {
