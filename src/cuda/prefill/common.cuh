@@ -129,22 +129,23 @@ __device__ __forceinline__ float load_beta_raw(const PrefillArgs& a, int64_t tok
 // log2 (-1443 for a gate of -1000) would make the chunk's running f32 sum G so large that the
 // differences G_r - G_s of later rows lose ~1e-3 of relative precision (ulp(1443) ~ 1.2e-4 per
 // addition). NaN stays NaN (max.NaN). The bounded gate never goes below lower_bound (>= -5).
-// kBounded: the caller knows a.gate == Gate::kBounded (no mode switch).
-template <bool kBounded = false>
-__device__ __forceinline__ void gate_rows(const PrefillArgs& a, const float (&x)[kC], float bias,
-                                          float A, int nvalid, float (&al2)[kC]) {
+// kN consecutive rows of one column from the row `nvalid` rows before the end (rows >= nvalid:
+// 0; nvalid may be <= 0). kBounded: the caller knows a.gate == Gate::kBounded (no mode switch).
+template <bool kBounded = false, int kN = kC>
+__device__ __forceinline__ void gate_rows(const PrefillArgs& a, const float (&x)[kN], float bias,
+                                          float A, int nvalid, float (&al2)[kN]) {
   using device::ex2_approx;
   using device::fmax_nan;
   switch (kBounded ? Gate::kBounded : a.gate) {
     case Gate::kBounded:
 #pragma unroll
-      for (int row = 0; row < kC; ++row)
+      for (int row = 0; row < kN; ++row)
         al2[row] = a.lower_bound_log2 *
                    device::rcp_approx(1.0f + ex2_approx(-A * kLog2e * (x[row] + bias)));
       break;
     case Gate::kSoftplus:
 #pragma unroll
-      for (int row = 0; row < kC; ++row) {
+      for (int row = 0; row < kN; ++row) {
         const float z = (x[row] + bias) * kLog2e;
         al2[row] = fmax_nan(-A * (z > 20.0f * kLog2e ? z : device::lg2_approx(1.0f + ex2_approx(z))),
                             -kMinLogDecay2);
@@ -152,17 +153,17 @@ __device__ __forceinline__ void gate_rows(const PrefillArgs& a, const float (&x)
       break;
     default:
 #pragma unroll
-      for (int row = 0; row < kC; ++row) al2[row] = fmax_nan(x[row] * kLog2e, -kMinLogDecay2);
+      for (int row = 0; row < kN; ++row) al2[row] = fmax_nan(x[row] * kLog2e, -kMinLogDecay2);
   }
-  if (nvalid < kC) {  // the last chunk of a sequence only (uniform: one compare per chunk)
+  if (nvalid < kN) {  // the last chunk of a sequence only (uniform: one compare per chunk)
 #pragma unroll
-    for (int row = 0; row < kC; ++row) al2[row] = row < nvalid ? al2[row] : 0.0f;
+    for (int row = 0; row < kN; ++row) al2[row] = row < nvalid ? al2[row] : 0.0f;
   }
 }
 
 // Thread i (key column i): the gate of its column for all kC rows and the cumulative sum G (log2)
-// in registers (Gr). Both kernels.
-template <bool kBounded = false, class Raw>
+// in registers (Gr). The scan kernel's prepare.
+template <class Raw>
 __device__ __forceinline__ void gate_cumsum(const PrefillArgs& a, const Raw& r, int nvalid,
                                             float bias, float A, int i, float (&Gr)[kC]) {
   const uint16_t* g16 = reinterpret_cast<const uint16_t*>(&r.g[0][0]);
@@ -171,7 +172,7 @@ __device__ __forceinline__ void gate_cumsum(const PrefillArgs& a, const Raw& r, 
   for (int row = 0; row < kC; ++row)
     x[row] = a.g_f32 ? r.g[row][i] : bf16_bits_to_f32(g16[row * kK + i]);
   float al2[kC];
-  gate_rows<kBounded>(a, x, bias, A, nvalid, al2);
+  gate_rows(a, x, bias, A, nvalid, al2);
   float G = 0.0f;
 #pragma unroll
   for (int row = 0; row < kC; ++row) {
@@ -206,22 +207,60 @@ __device__ __forceinline__ void warp_sum_many(float (&v)[kN], int lane) {
   }
 }
 
-// The intra kernel's gate pass: gate_cumsum, the per-row anchor spans reduced over the
-// warp's 32 columns (not for the bounded gate: see bounded_spans_fit), the activated beta
-// (threads 0..kC-1), and the row norms of q and k into pp.rq (times the attention scale) / pp.rk
-// (written to the workspace for the scan's prepare).
+// The intra kernel's thread layout: thread i owns key columns 2 (i % 64) and 2 (i % 64) + 1 of
+// rows 8 h .. 8 h + 7, h = i / 64 (warps 0-1 the rows of the first anchor block, warps 2-3 the
+// second): loads and stores of column pairs, and each thread's cumulative decays start at its own
+// block's anchor (row 0 or row 7).
+struct IntraCols {
+  int h, col, row0;
+  __device__ __forceinline__ explicit IntraCols(int i)
+      : h(i / (kPrepThreads / 2)), col(2 * (i % (kPrepThreads / 2))), row0(h * kHalf) {}
+};
+__device__ __forceinline__ float bf16_lo(uint32_t u) { return __uint_as_float(u << 16); }
+__device__ __forceinline__ float bf16_hi(uint32_t u) { return __uint_as_float(u & 0xffff0000u); }
+
+// The intra kernel's gate pass (thread i, IntraCols): for its two columns c and rows j of its
+// block, L[c][j] = G_(row0 + j) - G_anchor (anchor: chunk start for h = 0, row 7 for h = 1; the
+// block's own running sum), the per-row anchor spans -L reduced over the warp's 64 columns (not
+// for the bounded gate: bounded_spans_fit, intra.cuh), the activated beta (threads 0..kC-1), and
+// the row norms of q and k into pp.rq (times the attention scale) / pp.rk (written to the
+// workspace for the scan's prepare).
 template <bool kBounded, class Raw, class Priv>
 __device__ __forceinline__ void gate_scan(const PrefillArgs& a, Priv& pp, const Raw& r, int nvalid,
-                                          float bias, float A, float beta_raw, int i,
-                                          float (&Gr)[kC]) {
+                                          const float (&bias)[2], float A, float beta_raw, int i,
+                                          float (&L)[2][kHalf]) {
   const int lane = i & 31, warp = i >> 5;
-  gate_cumsum<kBounded>(a, r, nvalid, bias, A, i, Gr);
+  const IntraCols tc(i);
+  const uint16_t* g16 = reinterpret_cast<const uint16_t*>(&r.g[0][0]);
+  float x[2][kHalf];
+#pragma unroll
+  for (int j = 0; j < kHalf; ++j) {
+    const int row = tc.row0 + j;
+    if (a.g_f32) {
+      const float2 v = *reinterpret_cast<const float2*>(&r.g[row][tc.col]);
+      x[0][j] = v.x, x[1][j] = v.y;
+    } else {
+      const uint32_t u = *reinterpret_cast<const uint32_t*>(g16 + row * kK + tc.col);
+      x[0][j] = bf16_lo(u), x[1][j] = bf16_hi(u);
+    }
+  }
+#pragma unroll
+  for (int c = 0; c < 2; ++c) {
+    float al2[kHalf];
+    gate_rows<kBounded, kHalf>(a, x[c], bias[c], A, nvalid - tc.row0, al2);
+    float G = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kHalf; ++j) {
+      G += al2[j];
+      L[c][j] = G;
+    }
+  }
   if constexpr (!kBounded) {
 #pragma unroll
-    for (int row = 0; row < kC; ++row) {
-      const float span = (row < kHalf ? 0.0f : Gr[kHalf - 1]) - Gr[row];  // >= 0 (valid gates)
-      const uint32_t m = device::redux_max_u32(__float_as_uint(span));
-      if (lane == 0) pp.span[warp][row] = m;
+    for (int j = 0; j < kHalf; ++j) {  // 0 - L: +0 (not -0) for L = +0; >= 0 for valid gates
+      const uint32_t s = max(__float_as_uint(0.0f - L[0][j]), __float_as_uint(0.0f - L[1][j]));
+      const uint32_t m = device::redux_max_u32(s);
+      if (lane == 0) pp.span[warp][tc.row0 + j] = m;
     }
   }
   if (i < kC) pp.beta[i] = i < nvalid ? beta_activation(a, beta_raw) : 0.0f;
@@ -233,8 +272,7 @@ __device__ __forceinline__ void gate_scan(const PrefillArgs& a, Priv& pp, const 
     const int idx = warp * kRows + j;
     const uint16_t* row = idx < kC ? r.q[idx] : r.k[idx - kC];
     const uint2 u = *reinterpret_cast<const uint2*>(row + 4 * lane);
-    const float x0 = bf16_bits_to_f32(u.x & 0xffff), x1 = bf16_bits_to_f32(u.x >> 16);
-    const float x2 = bf16_bits_to_f32(u.y & 0xffff), x3 = bf16_bits_to_f32(u.y >> 16);
+    const float x0 = bf16_lo(u.x), x1 = bf16_hi(u.x), x2 = bf16_lo(u.y), x3 = bf16_hi(u.y);
     ss[j] = x0 * x0 + x1 * x1 + x2 * x2 + x3 * x3;
   }
   warp_sum_many(ss, lane);

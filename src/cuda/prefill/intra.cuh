@@ -28,31 +28,47 @@ namespace fastkda::prefill_cuda {
 constexpr bool bounded_spans_fit() { return kHalf * 5.0f * kLog2e * 1.001f < kMaxAnchorSpan; }
 static_assert(bounded_spans_fit(), "bounded gate: an 8-row block stays inside the anchored range");
 
-// Thread i (key column i): the anchored tf32 operands kt, qt (rows), kd (over the gate rows: every
-// thread has read them, a barrier since), ko (columns). kBounded: a.gate is Gate::kBounded.
+// Thread i (IntraCols: two columns, rows row0 .. row0 + 7): the anchored tf32 operands kt, qt
+// (rows; the row factor 2^(G - anchor) = 2^L), kd (2^(anchor - G) = 2^-L, over the gate rows:
+// every thread has read them, a barrier since) and, for the first block, ko (2^(G_7 - G) =
+// 2^(L_7 - L)); pairs of columns per 8-byte store. kBounded: a.gate is Gate::kBounded.
 template <bool kBounded>
 __device__ __forceinline__ void anchored_operands(const PrefillArgs& a, PrepPrivate& pp, RawQKG& r,
-                                                  int i, const float (&Gr)[kC]) {
+                                                  int i, const float (&L)[2][kHalf]) {
   using device::ex2_approx;
-  const float g7 = Gr[kHalf - 1];
-  const float p7 = kBounded ? ex2_approx(g7) : 0.0f;  // 2^G_7 (bounded_spans_fit: >= 2^-58)
-  RowNorms rk{pp.rk}, rq{pp.rq};
+  const IntraCols tc(i);
+  const bool first = tc.h == 0;  // warp-uniform
+  float p7[2];                   // bounded, first block: 2^G_7 (bounded_spans_fit: >= 2^-58)
 #pragma unroll
-  for (int row = 0; row < kC; ++row) {
-    const float kn = bf16_bits_to_f32(r.k[row][i]) * rk(row);
-    const float qn = bf16_bits_to_f32(r.q[row][i]) * rq(row);  // rq includes the scale
-    const float anchor = row < kHalf ? 0.0f : g7;
-    const float e = ex2_approx(Gr[row] - anchor);  // <= 1
-    pp.kt[row][i] = tf32_operand(kn * e);
-    pp.qt[row][i] = tf32_operand(qn * e);
-    if constexpr (kBounded) {
-      const float kd = kn * ex2_approx(anchor - Gr[row]);  // <= 2^58 k^: no clamp
-      r.kd[row][i] = tf32_operand(kd);
-      if (row < kHalf) pp.ko[row][i] = tf32_operand(kd * p7);
-    } else {
-      r.kd[row][i] = tf32_operand(kn * ex2_approx(fminf(anchor - Gr[row], kMaxAnchorSpan)));
-      if (row < kHalf) pp.ko[row][i] = tf32_operand(kn * ex2_approx(g7 - Gr[row]));
+  for (int c = 0; c < 2; ++c) p7[c] = kBounded && first ? ex2_approx(L[c][kHalf - 1]) : 0.0f;
+  RowNorms rk{pp.rk + tc.row0}, rq{pp.rq + tc.row0};
+#pragma unroll
+  for (int j = 0; j < kHalf; ++j) {
+    const int row = tc.row0 + j;
+    const uint32_t ku = *reinterpret_cast<const uint32_t*>(&r.k[row][tc.col]);
+    const uint32_t qu = *reinterpret_cast<const uint32_t*>(&r.q[row][tc.col]);
+    const float rkj = rk(j), rqj = rq(j);  // rq includes the scale
+    const float kn[2] = {bf16_lo(ku) * rkj, bf16_hi(ku) * rkj};
+    const float qn[2] = {bf16_lo(qu) * rqj, bf16_hi(qu) * rqj};
+    float kt[2], qt[2], kd[2], ko[2];
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      const float e = ex2_approx(L[c][j]);  // <= 1
+      kt[c] = tf32_operand(kn[c] * e);
+      qt[c] = tf32_operand(qn[c] * e);
+      if constexpr (kBounded) {
+        const float d = kn[c] * ex2_approx(-L[c][j]);  // <= 2^58 k^: no clamp
+        kd[c] = tf32_operand(d);
+        ko[c] = tf32_operand(d * p7[c]);
+      } else {
+        kd[c] = tf32_operand(kn[c] * ex2_approx(fminf(-L[c][j], kMaxAnchorSpan)));
+        ko[c] = first ? tf32_operand(kn[c] * ex2_approx(L[c][kHalf - 1] - L[c][j])) : 0.0f;
+      }
     }
+    *reinterpret_cast<float2*>(&pp.kt[row][tc.col]) = make_float2(kt[0], kt[1]);
+    *reinterpret_cast<float2*>(&pp.qt[row][tc.col]) = make_float2(qt[0], qt[1]);
+    *reinterpret_cast<float2*>(&r.kd[row][tc.col]) = make_float2(kd[0], kd[1]);
+    if (first) *reinterpret_cast<float2*>(&pp.ko[j][tc.col]) = make_float2(ko[0], ko[1]);
   }
 }
 
@@ -107,11 +123,10 @@ __device__ __forceinline__ void intra_products(PrepPrivate& sm, const float (&kd
 }
 
 // True when row `row` of the chunk needs the exact pairwise form (span > kMaxAnchorSpan).
+// The two warps of row's block (IntraCols) hold its spans.
 __device__ __forceinline__ bool row_needs_exact(const PrepPrivate& sm, int row) {
-  uint32_t m = 0;
-#pragma unroll
-  for (int w = 0; w < kPrepWarps; ++w) m = max(m, sm.span[w][row]);
-  return m > __float_as_uint(kMaxAnchorSpan);
+  const int w = 2 * (row / kHalf);
+  return max(sm.span[w][row], sm.span[w + 1][row]) > __float_as_uint(kMaxAnchorSpan);
 }
 
 // Exact diagonal-block entries of A' and A_qk for rows flagged by row_needs_exact: pairs (row, s),

@@ -32,7 +32,12 @@ __device__ __forceinline__ void intra_chunk(const PrefillArgs& a, IntraPlan& sm,
                                             int hv, int64_t tok0, int nvalid, uint32_t parity,
                                             Landed&& landed, RawFree&& raw_free) {
   const int i = threadIdx.x;
-  const float bias = a.dt_bias ? a.dt_bias[int64_t(hv) * kK + i] : 0.0f;
+  const IntraCols tc(i);
+  float bias[2] = {0.0f, 0.0f};
+  if (a.dt_bias) {
+#pragma unroll
+    for (int c = 0; c < 2; ++c) bias[c] = a.dt_bias[int64_t(hv) * kK + tc.col + c];
+  }
   const float A = a.A_log ? expf(a.A_log[hv]) : 1.0f;
   const float beta_raw = i < kC ? load_beta_raw(a, tok0, i, nvalid, hv) : 0.0f;
   device::mbarrier_wait(&sm.full, parity);
@@ -40,10 +45,10 @@ __device__ __forceinline__ void intra_chunk(const PrefillArgs& a, IntraPlan& sm,
   __syncthreads();
   landed();
 
-  float Gr[kC];
-  gate_scan<kBounded>(a, sm.pp, sm.raw, nvalid, bias, A, beta_raw, i, Gr);
+  float L[2][kHalf];  // IntraCols: G - anchor of the thread's two columns and 8 rows
+  gate_scan<kBounded>(a, sm.pp, sm.raw, nvalid, bias, A, beta_raw, i, L);
   __syncthreads();
-  anchored_operands<kBounded>(a, sm.pp, sm.raw, i, Gr);  // kd over the gate rows (dead from here on)
+  anchored_operands<kBounded>(a, sm.pp, sm.raw, i, L);  // kd over the gate rows (dead from here on)
   __syncthreads();
   intra_products(sm.pp, sm.raw.kd, i);
   if constexpr (kRefill) device::fence_proxy_async_shared();
@@ -52,8 +57,20 @@ __device__ __forceinline__ void intra_chunk(const PrefillArgs& a, IntraPlan& sm,
     __syncthreads();
   } else if (__syncthreads_or(i < kC && row_needs_exact(sm.pp, i))) {
     auto& G = sm.pp.kt;  // the products are done with kt
+    // G = L in the first block; the second block adds G_7 of its columns, once it is stored.
+    if (tc.h == 0) {
 #pragma unroll
-    for (int row = 0; row < kC; ++row) G[row][i] = Gr[row];
+      for (int j = 0; j < kHalf; ++j)
+        *reinterpret_cast<float2*>(&G[j][tc.col]) = make_float2(L[0][j], L[1][j]);
+    }
+    __syncthreads();
+    if (tc.h == 1) {
+      const float2 g7 = *reinterpret_cast<const float2*>(&G[kHalf - 1][tc.col]);
+#pragma unroll
+      for (int j = 0; j < kHalf; ++j)
+        *reinterpret_cast<float2*>(&G[kHalf + j][tc.col]) =
+            make_float2(g7.x + L[0][j], g7.y + L[1][j]);
+    }
     __syncthreads();
     exact_rows(a, sm.pp, sm.raw, G, i);
     if constexpr (kRefill) device::fence_proxy_async_shared();
