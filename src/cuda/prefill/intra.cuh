@@ -28,25 +28,25 @@ namespace fastkda::prefill_cuda {
 constexpr bool bounded_spans_fit() { return kHalf * 5.0f * kLog2e * 1.001f < kMaxAnchorSpan; }
 static_assert(bounded_spans_fit(), "bounded gate: an 8-row block stays inside the anchored range");
 
-// Thread i (IntraCols: two columns, rows row0 .. row0 + 7): the anchored tf32 operands kt, qt
-// (rows; the row factor 2^(G - anchor) = 2^L), kd (2^(anchor - G) = 2^-L, over the gate rows:
+// Thread i (IntraCols: two columns, rows 8 kBlock .. 8 kBlock + 7): the anchored tf32 operands kt,
+// qt (rows; the row factor 2^(G - anchor) = 2^L), kd (2^(anchor - G) = 2^-L, over the gate rows:
 // every thread has read them, a barrier since) and, for the first block, ko (2^(G_7 - G) =
 // 2^(L_7 - L)); pairs of columns per 8-byte store. kBounded: a.gate is Gate::kBounded.
-template <bool kBounded>
-__device__ __forceinline__ void anchored_operands(const PrefillArgs& a, PrepPrivate& pp, RawQKG& r,
-                                                  int i, const float (&L)[2][kHalf]) {
+template <bool kBounded, int kBlock>
+__device__ __forceinline__ void anchored_block(PrepPrivate& pp, RawQKG& r, int col,
+                                               const float (&L)[2][kHalf]) {
   using device::ex2_approx;
-  const IntraCols tc(i);
-  const bool first = tc.h == 0;  // warp-uniform
-  float p7[2];                   // bounded, first block: 2^G_7 (bounded_spans_fit: >= 2^-58)
+  constexpr bool kFirst = kBlock == 0;
+  constexpr int kRow0 = kBlock * kHalf;
+  float p7[2];  // bounded, first block: 2^G_7 (bounded_spans_fit: >= 2^-58)
 #pragma unroll
-  for (int c = 0; c < 2; ++c) p7[c] = kBounded && first ? ex2_approx(L[c][kHalf - 1]) : 0.0f;
-  RowNorms rk{pp.rk + tc.row0}, rq{pp.rq + tc.row0};
+  for (int c = 0; c < 2; ++c) p7[c] = kBounded && kFirst ? ex2_approx(L[c][kHalf - 1]) : 0.0f;
+  RowNorms rk{pp.rk + kRow0}, rq{pp.rq + kRow0};
 #pragma unroll
   for (int j = 0; j < kHalf; ++j) {
-    const int row = tc.row0 + j;
-    const uint32_t ku = *reinterpret_cast<const uint32_t*>(&r.k[row][tc.col]);
-    const uint32_t qu = *reinterpret_cast<const uint32_t*>(&r.q[row][tc.col]);
+    const int row = kRow0 + j;
+    const uint32_t ku = *reinterpret_cast<const uint32_t*>(&r.k[row][col]);
+    const uint32_t qu = *reinterpret_cast<const uint32_t*>(&r.q[row][col]);
     const float rkj = rk(j), rqj = rq(j);  // rq includes the scale
     const float kn[2] = {bf16_lo(ku) * rkj, bf16_hi(ku) * rkj};
     const float qn[2] = {bf16_lo(qu) * rqj, bf16_hi(qu) * rqj};
@@ -59,17 +59,26 @@ __device__ __forceinline__ void anchored_operands(const PrefillArgs& a, PrepPriv
       if constexpr (kBounded) {
         const float d = kn[c] * ex2_approx(-L[c][j]);  // <= 2^58 k^: no clamp
         kd[c] = tf32_operand(d);
-        ko[c] = tf32_operand(d * p7[c]);
+        if constexpr (kFirst) ko[c] = tf32_operand(d * p7[c]);
       } else {
         kd[c] = tf32_operand(kn[c] * ex2_approx(fminf(-L[c][j], kMaxAnchorSpan)));
-        ko[c] = first ? tf32_operand(kn[c] * ex2_approx(L[c][kHalf - 1] - L[c][j])) : 0.0f;
+        if constexpr (kFirst) ko[c] = tf32_operand(kn[c] * ex2_approx(L[c][kHalf - 1] - L[c][j]));
       }
     }
-    *reinterpret_cast<float2*>(&pp.kt[row][tc.col]) = make_float2(kt[0], kt[1]);
-    *reinterpret_cast<float2*>(&pp.qt[row][tc.col]) = make_float2(qt[0], qt[1]);
-    *reinterpret_cast<float2*>(&r.kd[row][tc.col]) = make_float2(kd[0], kd[1]);
-    if (first) *reinterpret_cast<float2*>(&pp.ko[j][tc.col]) = make_float2(ko[0], ko[1]);
+    *reinterpret_cast<float2*>(&pp.kt[row][col]) = make_float2(kt[0], kt[1]);
+    *reinterpret_cast<float2*>(&pp.qt[row][col]) = make_float2(qt[0], qt[1]);
+    *reinterpret_cast<float2*>(&r.kd[row][col]) = make_float2(kd[0], kd[1]);
+    if constexpr (kFirst) *reinterpret_cast<float2*>(&pp.ko[j][col]) = make_float2(ko[0], ko[1]);
   }
+}
+template <bool kBounded>
+__device__ __forceinline__ void anchored_operands(PrepPrivate& pp, RawQKG& r, int i,
+                                                  const float (&L)[2][kHalf]) {
+  const IntraCols tc(i);
+  if (tc.h == 0)  // warps 0-1
+    anchored_block<kBounded, 0>(pp, r, tc.col, L);
+  else
+    anchored_block<kBounded, 1>(pp, r, tc.col, L);
 }
 
 // Warp w: one 16 x 8 block of A' (w = 0, 1) or A_qk (w = 2, 3), column tile w % 2, by tf32 MMA over

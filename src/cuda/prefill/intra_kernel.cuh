@@ -48,7 +48,7 @@ __device__ __forceinline__ void intra_chunk(const PrefillArgs& a, IntraPlan& sm,
   float L[2][kHalf];  // IntraCols: G - anchor of the thread's two columns and 8 rows
   gate_scan<kBounded>(a, sm.pp, sm.raw, nvalid, bias, A, beta_raw, i, L);
   __syncthreads();
-  anchored_operands<kBounded>(a, sm.pp, sm.raw, i, L);  // kd over the gate rows (dead from here on)
+  anchored_operands<kBounded>(sm.pp, sm.raw, i, L);  // kd over the gate rows (dead from here on)
   __syncthreads();
   intra_products(sm.pp, sm.raw.kd, i);
   if constexpr (kRefill) device::fence_proxy_async_shared();
