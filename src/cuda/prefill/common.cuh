@@ -168,9 +168,15 @@ __device__ __forceinline__ void gate_cumsum(const PrefillArgs& a, const Raw& r, 
                                             float bias, float A, int i, float (&Gr)[kC]) {
   const uint16_t* g16 = reinterpret_cast<const uint16_t*>(&r.g[0][0]);
   float x[kC];
+  // One loop per gate type: with the select inside one loop, ptxas predicated both loads (and the
+  // conversion) of every row, issuing them all (Nsight Compute, the scan kernel's prepare).
+  if (a.g_f32) {
 #pragma unroll
-  for (int row = 0; row < kC; ++row)
-    x[row] = a.g_f32 ? r.g[row][i] : bf16_bits_to_f32(g16[row * kK + i]);
+    for (int row = 0; row < kC; ++row) x[row] = r.g[row][i];
+  } else {
+#pragma unroll
+    for (int row = 0; row < kC; ++row) x[row] = bf16_bits_to_f32(g16[row * kK + i]);
+  }
   float al2[kC];
   gate_rows(a, x, bias, A, nvalid, al2);
   float G = 0.0f;
@@ -233,14 +239,16 @@ __device__ __forceinline__ void gate_scan(const PrefillArgs& a, Priv& pp, const 
   const IntraCols tc(i);
   const uint16_t* g16 = reinterpret_cast<const uint16_t*>(&r.g[0][0]);
   float x[2][kHalf];
+  if (a.g_f32) {  // one loop per gate type (see gate_cumsum)
 #pragma unroll
-  for (int j = 0; j < kHalf; ++j) {
-    const int row = tc.row0 + j;
-    if (a.g_f32) {
-      const float2 v = *reinterpret_cast<const float2*>(&r.g[row][tc.col]);
+    for (int j = 0; j < kHalf; ++j) {
+      const float2 v = *reinterpret_cast<const float2*>(&r.g[tc.row0 + j][tc.col]);
       x[0][j] = v.x, x[1][j] = v.y;
-    } else {
-      const uint32_t u = *reinterpret_cast<const uint32_t*>(g16 + row * kK + tc.col);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < kHalf; ++j) {
+      const uint32_t u = *reinterpret_cast<const uint32_t*>(g16 + (tc.row0 + j) * kK + tc.col);
       x[0][j] = bf16_lo(u), x[1][j] = bf16_hi(u);
     }
   }
