@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cuda.h>  // CUtensorMap (the type only: no driver-API call is linked)
+#include <vector_types.h>  // int2
 
 #include <cstdint>
 
@@ -54,6 +55,9 @@ struct PrefillArgs {
   int seg_chunks;    // split T: chunks per segment (0 with Pass::kWhole)
   float* seg_ws;     // split T: [segment slots, HV, kSegFloats] (config.h)
   const int32_t* order;  // [N] varlen sequences, longest first (order.cuh); null: in order
+  // Varlen intra grid: per chunk slot its first token and rows (slot_map_kernel, order.cuh;
+  // rows 0: no chunk), so that an intra CTA reads one entry instead of searching cu_seqlens.
+  const int2* slot_map;  // [chunk slots] {tok0, nvalid}; null: the CTA searches
   // Streamed intra kernel (launch.cu Plan::streamed; null ready: the scan waits for the whole
   // intra grid instead): per (sequence, value head, block of kReadyChunks chunks) the number of
   // its chunk records in the workspace, and the tile queue; tiles N * HV per chunk index,

@@ -108,18 +108,25 @@ __global__ void __launch_bounds__(kPrepThreads, kIntraCtasPerSm)
   // this grid's completion before reading the workspace: griddep_wait in prefill_kernel).
   device::griddep_launch_dependents();
 
-  const int64_t n = slot_sequence(a, slot);
-  const int64_t bos = seq_begin(a, n);
-  const int64_t eos = seq_end(a, n, bos);
-  const int64_t c = slot - slot_base(bos, n);
-  const int64_t tok0 = bos + c * kC;
-  if (c < 0 || tok0 >= eos) return;  // a slot before the first sequence or past a sequence's end
+  int64_t tok0;
+  int nvalid;
+  if (a.slot_map) {  // varlen: the slot's chunk from slot_map_kernel
+    const int2 m = a.slot_map[slot];
+    tok0 = m.x, nvalid = m.y;
+  } else {
+    const int64_t n = slot_sequence(a, slot);
+    const int64_t bos = seq_begin(a, n);
+    const int64_t eos = seq_end(a, n, bos);
+    const int64_t c = slot - slot_base(bos, n);
+    tok0 = bos + c * kC;
+    nvalid = c < 0 || tok0 >= eos ? 0 : int(eos - tok0 < kC ? eos - tok0 : kC);
+  }
+  if (nvalid == 0) return;  // a slot before the first sequence or past a sequence's end
   if (threadIdx.x == 0) {
     init_full_barrier(sm);
     issue_qkg(a, sm, tok0, hv);
   }
   __syncthreads();  // the mbarrier is initialised before anyone waits on it
-  const int nvalid = int(eos - tok0 < kC ? eos - tok0 : kC);
   if (a.gate == Gate::kBounded)
     intra_chunk<false, true>(a, sm, slot, hv, tok0, nvalid, 0, [] {}, [] {});
   else

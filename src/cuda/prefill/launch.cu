@@ -192,6 +192,7 @@ struct Plan {
   bool streamed = false;
   int64_t intra_tiles = 0, retire_tile = 0;
   int keep_sms = 0;
+  bool slot_map = false;  // varlen intra grid: slot_map_kernel before it (order.cuh)
 };
 
 // Longest-first CTA order (order.cuh) for varlen batches whose scan grid needs more than one wave
@@ -342,6 +343,7 @@ Plan choose_plan(const ForwardParams& p, int64_t num_seq, int sms) {
   plan.longest_first = use_longest_first(p, num_seq, plan, sms);
   plan.persistent = use_persistent(p, num_seq, plan, sms);
   plan.sms = sms;
+  plan.slot_map = p.cu_seqlens && num_seq > 1 && !plan.streamed;
   return plan;  // streamed plans are one-wave unsplit scans: neither ordered nor persistent
 }
 
@@ -414,6 +416,9 @@ size_t ready_bytes(const ForwardParams& p) {
 size_t stream_ws_bytes(const ForwardParams& p, const Plan& plan) {
   return plan.streamed ? ready_bytes(p) + 256 : 0;
 }
+size_t slot_map_bytes(const ForwardParams& p, const Plan& plan) {
+  return plan.slot_map ? (size_t(chunk_slots(p)) * sizeof(int2) + 255) / 256 * 256 : 0;
+}
 size_t seg_ws_bytes(const ForwardParams& p, const Plan& plan) {
   if (plan.seg_chunks == 0) return 0;
   return size_t(slots_of(p, int64_t(plan.seg_chunks) * prefill_cuda::kC)) *
@@ -440,7 +445,7 @@ size_t prefill_workspace_size(const ForwardParams& p) {
   check_launch_limits(p);
   const Plan plan = choose_plan(p, num_sequences(p), sm_count(p.device_index));
   return chunk_ws_bytes(p) + seg_ws_bytes(p, plan) + order_ws_bytes(p, plan) +
-         stream_ws_bytes(p, plan);
+         stream_ws_bytes(p, plan) + slot_map_bytes(p, plan);
 }
 
 void prefill(const ForwardParams& p) {
@@ -475,6 +480,11 @@ void prefill(const ForwardParams& p) {
     a.intra_tiles = plan.intra_tiles, a.retire_tile = plan.retire_tile;
     a.keep_sms = plan.keep_sms;
   }
+  int2* const slot_map =
+      plan.slot_map ? reinterpret_cast<int2*>(ws + chunk_ws_bytes(p) + seg_ws_bytes(p, plan) +
+                                              order_ws_bytes(p, plan) + stream_ws_bytes(p, plan))
+                    : nullptr;
+  a.slot_map = slot_map;
   // CTAs of the scan: per sequence (or segment slot), value head and slice; pass 1 of split T
   // has a transition slice for every value slice.
   const int64_t units =
@@ -491,6 +501,13 @@ void prefill(const ForwardParams& p) {
     const unsigned blocks =
         unsigned((num_seq + prefill_cuda::kOrderThreads - 1) / prefill_cuda::kOrderThreads);
     prefill_cuda::order_kernel<<<blocks, prefill_cuda::kOrderThreads, 0, stream>>>(a, order);
+    FASTKDA_CUDA_CHECK(cudaGetLastError());
+  }
+  if (slot_map) {
+    const unsigned blocks = unsigned((slots + prefill_cuda::kSlotMapThreads - 1) /
+                                     prefill_cuda::kSlotMapThreads);
+    prefill_cuda::slot_map_kernel<<<blocks, prefill_cuda::kSlotMapThreads, 0, stream>>>(
+        a, slots, slot_map);
     FASTKDA_CUDA_CHECK(cudaGetLastError());
   }
   constexpr size_t intra_smem = prefill_cuda::intra_shared_bytes();

@@ -38,4 +38,23 @@ __global__ void __launch_bounds__(kOrderThreads)
   if (n < a.num_seq) order[rank] = int32_t(n);
 }
 
+// slot_map_kernel: for the varlen intra grid (one CTA per chunk slot and value head), the chunk of
+// every slot as {first token, rows} ({0, 0} for a slot before the first sequence or past a
+// sequence's last chunk), one thread per slot: each intra CTA then reads one entry instead of a
+// binary search over cu_seqlens and the two loads of its sequence's bounds, a chain of dependent
+// global loads at every CTA's start (Nsight Compute, H96 varlen: ~100 of ~1090 instructions per
+// warp and chunk, and the start of the CTA waits for it). Tokens fit int32: B T < 2^31
+// (launch.cu check_launch_limits).
+constexpr int kSlotMapThreads = 256;
+__global__ void __launch_bounds__(kSlotMapThreads)
+    slot_map_kernel(const __grid_constant__ PrefillArgs a, int64_t slots, int2* map) {
+  const int64_t slot = int64_t(blockIdx.x) * kSlotMapThreads + threadIdx.x;
+  if (slot >= slots) return;
+  const int64_t n = slot_sequence(a, slot);
+  const int64_t bos = seq_begin(a, n), eos = seq_end(a, n, bos);
+  const int64_t c = slot - slot_base(bos, n), tok0 = bos + c * kC;
+  const bool chunk = c >= 0 && tok0 < eos;
+  map[slot] = make_int2(chunk ? int(tok0) : 0, chunk ? int(eos - tok0 < kC ? eos - tok0 : kC) : 0);
+}
+
 }  // namespace fastkda::prefill_cuda
