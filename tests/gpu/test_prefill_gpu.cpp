@@ -860,7 +860,8 @@ TEST(PrefillGpu, SplitT) {
 }
 
 // Split T keeps the invariants: causal bit for bit, bitwise reruns, CUDA-graph capture, and the
-// workspace it asks for (chunk slots, then 128 KiB per segment slot and value head).
+// workspace it asks for (chunk slots, then 128 KiB per segment slot and value head, then the
+// varlen intra grid's slot map: 8 B per chunk slot).
 TEST(PrefillGpu, SplitTInvariants) {
   FASTKDA_REQUIRE_GPU();
   ScopedEnv env("FASTKDA_PREFILL_SEG", "64");
@@ -883,7 +884,9 @@ TEST(PrefillGpu, SplitTInvariants) {
   const fastkda::ForwardParams f = size_query_params(p, d, out.get());
   const size_t tokens = 251, n = 4;
   const size_t chunk_bytes = ((tokens / 16 + n) * f.HV * 2176 + 255) / 256 * 256;
-  EXPECT_EQ(fastkda::forward_workspace_size(f), chunk_bytes + (tokens / 64 + n) * f.HV * 131072);
+  const size_t slot_map_bytes = ((tokens / 16 + n) * 8 + 255) / 256 * 256;
+  EXPECT_EQ(fastkda::forward_workspace_size(f),
+            chunk_bytes + (tokens / 64 + n) * f.HV * 131072 + slot_map_bytes);
   check_graph_capture(c);
 }
 
