@@ -136,17 +136,19 @@ __device__ __forceinline__ void gate_rows(const PrefillArgs& a, const float (&x)
                                           float A, int nvalid, float (&al2)[kN]) {
   using device::ex2_approx;
   using device::fmax_nan;
+  // (x + bias) c as one FMA per row, x c + (bias c), with bias c formed once per column.
   switch (kBounded ? Gate::kBounded : a.gate) {
-    case Gate::kBounded:
+    case Gate::kBounded: {
+      const float c = -A * kLog2e, bc = bias * c;
 #pragma unroll
       for (int row = 0; row < kN; ++row)
-        al2[row] = a.lower_bound_log2 *
-                   device::rcp_approx(1.0f + ex2_approx(-A * kLog2e * (x[row] + bias)));
+        al2[row] = a.lower_bound_log2 * device::rcp_approx(1.0f + ex2_approx(fmaf(x[row], c, bc)));
       break;
+    }
     case Gate::kSoftplus:
 #pragma unroll
       for (int row = 0; row < kN; ++row) {
-        const float z = (x[row] + bias) * kLog2e;
+        const float z = fmaf(x[row], kLog2e, bias * kLog2e);
         al2[row] = fmax_nan(-A * (z > 20.0f * kLog2e ? z : device::lg2_approx(1.0f + ex2_approx(z))),
                             -kMinLogDecay2);
       }
