@@ -252,16 +252,19 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
   auto waves = [&](int64_t ctas) { return double((ctas + sms - 1) / sms); };
   auto chunk_us = [](int vsplit) { return vsplit == 4 ? 1.15 : vsplit == 2 ? 0.96 : 1.45; };
   constexpr double kWaveUs = 20.0, kSegmentUs = 8.5;
-  // The intra kernel (~1.06 SM-us per chunk and head at 5 CTAs per SM: H96 T8192 0.396 ms,
-  // Nsight Compute) runs before the scan on all SMs, or streamed (~1.11 SM-us per tile: 0.414 ms
+  // The intra kernel (~0.92 SM-us per chunk and head at 5 CTAs per SM since session 13; 1.06
+  // before: H96 T8192 0.396 ms, Nsight Compute) runs before the scan on all SMs, or streamed
+  // (~0.95 SM-us per tile since session 13, from the retire sweep below; 1.11 before: 0.414 ms
   // alone): on all SMs for t1, then beside the scan on the sms - jobs SMs it leaves free
   // ("keepers"), t1 long enough for the scan never to wait (its start: 4 chunks ahead; its end:
   // all tiles made by then, at the keepers' rate); the scan beside it ~2.5 % slower (its ready
   // checks, the shared memory system). Measured (session 10): H96 T8192 0.983 ms at the retire
   // point this gives (estimate 0.987), 1.003 / 1.026 ms at +5 / +10 % of the tiles; H64 T8192
   // streamed at vsplit 1 0.781 ms against 0.766 for the two kernels at vsplit 2 (estimates
-  // 0.784 / 0.776).
-  constexpr double kIntraTileUs = 1.064, kStreamedTileUs = 1.11, kStreamedScan = 1.025;
+  // 0.784 / 0.776). Session 13 (cheaper intra kernel; bench/results/2026-11-29_s13_sweep): H96
+  // T8192 0.985 ms at the old retire point (49.6 % of the tiles), 1.004 / 0.960 / 0.967 / 0.987
+  // at 35 / 40 / 45 / 50 %; 41 % is the retire point of a 0.95 us tile.
+  constexpr double kIntraTileUs = 0.92, kStreamedTileUs = 0.95, kStreamedScan = 1.025;
   // Tiles of the streamed kernel: every chunk index of the longest sequence for every sequence
   // and head (fixed length, or one sequence: no empty tile).
   const int64_t tiles = longest_chunks(p) * heads;
