@@ -189,32 +189,6 @@ __device__ __forceinline__ void gate_cumsum(const PrefillArgs& a, const Raw& r, 
   }
 }
 
-// Sums each of a lane's kN values over the 32 lanes of the warp with 31 shuffles in all (not
-// 5 kN): every round halves the values a lane keeps, exchanging the other half with the partner
-// lane. On return v[0] of lane l holds the total of value (l / (32 / kN)) (kN a power of 2 <= 32).
-template <int kN>
-__device__ __forceinline__ void warp_sum_many(float (&v)[kN], int lane) {
-  static_assert(kN >= 1 && kN <= 32 && (kN & (kN - 1)) == 0, "a power of 2 up to 32 values");
-  int n = kN;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    if (n > 1) {
-      n >>= 1;
-      const bool upper = lane & o;  // keeps the upper half of the values
-#pragma unroll
-      for (int j = 0; j < kN / 2; ++j) {
-        if (j < n) {
-          const float send = upper ? v[j] : v[j + n];
-          const float keep = upper ? v[j + n] : v[j];
-          v[j] = keep + __shfl_xor_sync(0xffffffffu, send, o);
-        }
-      }
-    } else {
-      v[0] += __shfl_xor_sync(0xffffffffu, v[0], o);
-    }
-  }
-}
-
 // The intra kernel's thread layout: thread i owns key columns 2 (i % 64) and 2 (i % 64) + 1 of
 // rows 8 h .. 8 h + 7, h = i / 64 (warps 0-1 the rows of the first anchor block, warps 2-3 the
 // second): loads and stores of column pairs, and each thread's cumulative decays start at its own
@@ -274,25 +248,43 @@ __device__ __forceinline__ void gate_scan(const PrefillArgs& a, Priv& pp, const 
     }
   }
   if (i < kC) pp.beta[i] = i < nvalid ? beta_activation(a, beta_raw) : 0.0f;
-  // Row norms: 2 * kC rows (q then k) over the 4 warps; lane reads 4 columns.
-  constexpr int kRows = 2 * kC / kPrepWarps;
-  float ss[kRows];
+  // Row norms: 2 * kC rows (q then k), 8 per warp in two passes of 4 rows; 8 lanes per row, each
+  // summing 32 columns from two 16-byte loads (segments lane % 8 and lane % 8 + 8 of 8 columns:
+  // the 8 lanes of a row read 8 different bank groups), then 3 shuffles.
+  constexpr int kRowsPerWarp = 2 * kC / kPrepWarps;
+  static_assert(kRowsPerWarp == 8 && kK == 128, "two passes of 4 rows x 8 lanes x 32 columns");
+  float ss[2];
 #pragma unroll
-  for (int j = 0; j < kRows; ++j) {
-    const int idx = warp * kRows + j;
+  for (int pass = 0; pass < 2; ++pass) {
+    const int idx = warp * kRowsPerWarp + 4 * pass + lane / 8;  // idx < kC: warp-uniform
     const uint16_t* row = idx < kC ? r.q[idx] : r.k[idx - kC];
-    const uint2 u = *reinterpret_cast<const uint2*>(row + 4 * lane);
-    const float x0 = bf16_lo(u.x), x1 = bf16_hi(u.x), x2 = bf16_lo(u.y), x3 = bf16_hi(u.y);
-    ss[j] = x0 * x0 + x1 * x1 + x2 * x2 + x3 * x3;
+    float sum = 0.0f;
+#pragma unroll
+    for (int m = 0; m < 2; ++m) {
+      const uint4 u = *reinterpret_cast<const uint4*>(row + 8 * (lane % 8 + 8 * m));
+      for (const uint32_t w : {u.x, u.y, u.z, u.w}) {
+        const float lo = bf16_lo(w), hi = bf16_hi(w);
+        sum = fmaf(lo, lo, sum);
+        sum = fmaf(hi, hi, sum);
+      }
+    }
+    ss[pass] = sum;
   }
-  warp_sum_many(ss, lane);
-  if (lane % (32 / kRows) == 0) {
-    const int idx = warp * kRows + lane / (32 / kRows);
-    const float rn = a.l2norm ? device::rsqrt_approx(ss[0] + 1e-6f) : 1.0f;
-    if (idx < kC)
-      pp.rq[idx] = rn * a.scale;  // the attention scale folded in: q^ scale = q (rq scale)
-    else
-      pp.rk[idx - kC] = rn;
+#pragma unroll
+  for (int o = 4; o > 0; o >>= 1) {
+    ss[0] += __shfl_xor_sync(0xffffffffu, ss[0], o);
+    ss[1] += __shfl_xor_sync(0xffffffffu, ss[1], o);
+  }
+  if (lane % 8 == 0) {
+#pragma unroll
+    for (int pass = 0; pass < 2; ++pass) {
+      const int idx = warp * kRowsPerWarp + 4 * pass + lane / 8;
+      const float rn = a.l2norm ? device::rsqrt_approx(ss[pass] + 1e-6f) : 1.0f;
+      if (idx < kC)
+        pp.rq[idx] = rn * a.scale;  // the attention scale folded in: q^ scale = q (rq scale)
+      else
+        pp.rk[idx - kC] = rn;
+    }
   }
 }
 
