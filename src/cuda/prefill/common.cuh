@@ -80,6 +80,12 @@ __device__ __forceinline__ int64_t slot_sequence(const PrefillArgs& a, int64_t s
   return lo;
 }
 
+// The gate's A = exp(A_log) of value head hv (1 without A_log), the same in both kernels: one ex2
+// (expf is ~8 instructions; ~2 ulp, the gate's own precision). The intra kernel forms it per chunk.
+__device__ __forceinline__ float gate_A(const PrefillArgs& a, int hv) {
+  return a.A_log ? device::ex2_approx(a.A_log[hv] * kLog2e) : 1.0f;
+}
+
 __device__ __forceinline__ float beta_activation(const PrefillArgs& a, float b) {
   if (a.beta_act == BetaAct::kGiven) return b;
   const float s = device::rcp_approx(1.0f + device::ex2_approx(-b * kLog2e));

@@ -38,8 +38,7 @@ __device__ __forceinline__ void intra_chunk(const PrefillArgs& a, IntraPlan& sm,
 #pragma unroll
     for (int c = 0; c < 2; ++c) bias[c] = a.dt_bias[int64_t(hv) * kK + tc.col + c];
   }
-  // exp(A_log) per chunk as one ex2 (expf is ~8 instructions; ~2 ulp, the gate's own precision).
-  const float A = a.A_log ? device::ex2_approx(a.A_log[hv] * kLog2e) : 1.0f;
+  const float A = gate_A(a, hv);
   const float beta_raw = i < kC ? load_beta_raw(a, tok0, i, nvalid, hv) : 0.0f;
   device::mbarrier_wait(&sm.full, parity);
   if (nvalid < kC) zero_tail_qkg(a, sm.raw, nvalid, i);

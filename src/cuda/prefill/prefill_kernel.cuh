@@ -132,7 +132,7 @@ __device__ __forceinline__ void prepare_job(const PrefillArgs& a, SharedPlan<kVs
   const int bar_prep = Bar::kPrep0 + p;
   const int64_t slot0 = slot_base(bos, job.n);
   const float bias = a.dt_bias ? a.dt_bias[int64_t(hv) * kK + i] : 0.0f;
-  const float A = a.A_log ? expf(a.A_log[hv]) : 1.0f;
+  const float A = gate_A(a, hv);
   constexpr bool kOutputs = kPass != Pass::kTransitions;
   const bool with_u = !job.transition;
   auto nvalid_of = [&](int c) {
