@@ -147,25 +147,68 @@ static_assert(ke_col(3, 1) == 2 && ke_col(3, 5) == 3 && ke_col(4, 1) == 6 && ke_
 
 // ---- intra kernel (one CTA of kPrepThreads per chunk and value head) --------------------------
 
+// Where column `c` of row `row` of the intra kernel's f32 operand arrays (kt or G, qt, kd, ko)
+// lives. Two layouts, one per kernel:
+//  - padded rows (kLdPrep = 4 mod 32), the streamed kernel's (at 96 registers and 5 CTAs per SM;
+//    the swizzled layout spilled there, session 13);
+//  - unpadded rows with the column XOR-swizzled by row, the grid kernel's: the products' scalar
+//    fragment loads (rows g, g + 8, column 8 ks + t) still hit 32 different banks, column pairs
+//    (2c, 2c + 1) stay adjacent for the 8-byte stores, and the products' results go over qt
+//    (IntraOperands<true>): 37.5 KiB, 6 CTAs per SM at 80 registers.
+template <bool kSwizzled>
+struct IntraLayout {
+  static constexpr int kLd = kSwizzled ? kK : kLdPrep;
+  __host__ __device__ static constexpr int col(int row, int c) {
+    return kSwizzled ? c ^ ((row & 7) << 2) : c;
+  }
+};
+static_assert(IntraLayout<true>::col(9, 5) == 1 && IntraLayout<true>::col(3, 2 * 7 + 1) == 3 &&
+                  IntraLayout<false>::col(9, 5) == 5,
+              "intra operand layouts");
+
 // Raw q, k, g of one chunk (rows past the sequence end zero-filled). After the gate pass the gate
 // rows are dead and the same bytes hold the column operand kd.
+template <bool kSwizzled>
 struct RawQKG {
   uint16_t q[kC][kK];  // bf16
   uint16_t k[kC][kK];  // bf16
   union {
-    float g[kC][kK];       // f32 gate; a bf16 gate uses the first half as uint16_t [kC][kK]
-    float kd[kC][kLdPrep];  // column operand, diagonal blocks: k^ . 2^min(anchor - G, span)
+    float g[kC][kK];  // f32 gate; a bf16 gate uses the first half as uint16_t [kC][kK]
+    float kd[kC][IntraLayout<kSwizzled>::kLd];  // column operand, diagonal blocks:
+                                                // k^ . 2^min(anchor - G, span)
   };
 };
 
-struct PrepPrivate {
-  // Row operand of A': k^ . 2^(G - anchor); after the products, in the exact-rows path only, the
-  // cumulative log2 decay G itself (no buffer of its own: 5 CTAs per SM).
-  float kt[kC][kLdPrep];
-  float qt[kC][kLdPrep];     // row operand of A_qk: scale q^ . 2^(G - anchor)
-  float ko[kHalf][kLdPrep];  // column operand, block (rows 8..15, cols 0..7): k^ . 2^(G_7 - G)
-  float aqk[kC][kLdTok];     // lower-incl(scale q^ k^T . pairwise decays), tf32
-  float nmat[kC][kLdN];      // N = strictly_lower(diag(beta) A')
+// What the products leave for the exact rows, the inversion and the record.
+struct IntraResults {
+  float aqk[kC][kLdTok];  // lower-incl(scale q^ k^T . pairwise decays), tf32
+  float nmat[kC][kLdN];   // N = strictly_lower(diag(beta) A')
+};
+
+// The products' operands (IntraLayout) and results. kt: row operand of A', k^ . 2^(G - anchor);
+// after the products, in the exact-rows path only, the cumulative log2 decay G itself (no buffer
+// of its own). qt: row operand of A_qk, scale q^ . 2^(G - anchor). ko: column operand of the block
+// (rows 8..15, cols 0..7), k^ . 2^(G_7 - G).
+template <bool kSwizzled>
+struct IntraOperands {
+  static constexpr int kLd = IntraLayout<kSwizzled>::kLd;
+  float kt[kC][kLd];
+  float qt[kC][kLd];
+  float ko[kHalf][kLd];
+  IntraResults res;
+};
+template <>
+struct IntraOperands<true> {  // the results over qt (a barrier after the products' reads)
+  float kt[kC][kK];
+  union {
+    float qt[kC][kK];
+    IntraResults res;
+  };
+  float ko[kHalf][kK];
+};
+
+template <bool kSwizzled>
+struct PrepPrivate : IntraOperands<kSwizzled> {
   alignas(16) float rq[kC];  // scale / ||q|| per row (scale without l2norm); 16-byte loads
   alignas(16) float rk[kC];  // 1 / ||k|| per row (1 without l2norm)
   float beta[kC];            // activated beta (0 past the sequence end)
@@ -181,16 +224,23 @@ struct IntraTile {
 // acquire load: ~0.1 us on its path) once per block, not per chunk.
 constexpr int kReadyChunks = 8;
 
+// Shared memory of an intra CTA: kSwizzled for the grid kernel, padded for the streamed one.
+template <bool kSwizzled>
 struct IntraPlan {
-  RawQKG raw;  // TMA destination: 128-byte aligned rows (q at 0, k at 4 KiB, g at 8 KiB)
-  PrepPrivate pp;
+  static constexpr bool kSwz = kSwizzled;
+  RawQKG<kSwizzled> raw;  // TMA destination: 128-byte aligned rows (q at 0, k at 4 KiB, g at 8 KiB)
+  PrepPrivate<kSwizzled> pp;
   uint64_t full;  // mbarrier: the q, k, g loads landed
   IntraTile tile[2];  // streamed intra kernel: this and the next tile, by parity
 };
-constexpr size_t intra_shared_bytes() { return sizeof(IntraPlan); }
-constexpr int kIntraCtasPerSm = 5;
-static_assert((intra_shared_bytes() + 1024) * kIntraCtasPerSm <= 228 * 1024,
-              "intra kernel: 5 CTAs per SM");
+using IntraGridPlan = IntraPlan<true>;
+using IntraStreamPlan = IntraPlan<false>;
+// CTAs per SM: the grid kernel 6 (80 registers), the streamed one 5 (~96 registers).
+constexpr int kIntraCtasPerSm = 6, kStreamedCtasPerSm = 5;
+static_assert((sizeof(IntraGridPlan) + 1024) * kIntraCtasPerSm <= 228 * 1024,
+              "intra kernel: 6 CTAs per SM");
+static_assert((sizeof(IntraStreamPlan) + 1024) * kStreamedCtasPerSm <= 228 * 1024,
+              "streamed intra kernel: 5 CTAs per SM");
 
 // ---- scan kernel ------------------------------------------------------------------------------
 
@@ -388,8 +438,8 @@ static_assert(sizeof(RawStage<128>) % 16 == 0 && sizeof(ScanStage<128>) % 16 == 
                   sizeof(RawStage<64>) % 16 == 0 && sizeof(ScanStage<64>) % 16 == 0 &&
                   sizeof(WgScanStage<64>) % 128 == 0 && sizeof(WgScanStage<128>) % 128 == 0 &&
                   offsetof(WgScanStage<128>, qs) == offsetof(WgScanStage<128>, w) + 2 * kWgSboKeys &&
-                  sizeof(RawQKG) % 16 == 0 &&
-                  sizeof(PrepPrivate) % 16 == 0,
+                  sizeof(RawQKG<true>) % 16 == 0 && sizeof(RawQKG<false>) % 16 == 0 &&
+                  sizeof(PrepPrivate<true>) % 16 == 0 && sizeof(PrepPrivate<false>) % 16 == 0,
               "16-byte aligned stages");
 static_assert(offsetof(RawStage<128>, rk) == offsetof(RawStage<128>, tb) + (kWsFloats - kC) * 4 &&
                   offsetof(RawStage<32>, q) == offsetof(RawStage<32>, tb) + kWsBytes,

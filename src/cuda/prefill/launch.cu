@@ -513,16 +513,17 @@ void prefill(const ForwardParams& p) {
         a, slots, slot_map);
     FASTKDA_CUDA_CHECK(cudaGetLastError());
   }
-  constexpr size_t intra_smem = prefill_cuda::intra_shared_bytes();
   if (plan.streamed) {
     // Ready counters and queue zeroed, then the persistent intra grid, then the scan beside it.
+    constexpr size_t intra_smem = sizeof(prefill_cuda::IntraStreamPlan);
     FASTKDA_CUDA_CHECK(cudaMemsetAsync(a.ready, 0, stream_ws_bytes(p, plan), stream));
     FASTKDA_CUDA_CHECK(cudaFuncSetAttribute(prefill_cuda::intra_streamed_kernel,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             int(intra_smem)));
-    prefill_cuda::intra_streamed_kernel<<<unsigned(plan.sms * prefill_cuda::kIntraCtasPerSm),
+    prefill_cuda::intra_streamed_kernel<<<unsigned(plan.sms * prefill_cuda::kStreamedCtasPerSm),
                                           prefill_cuda::kPrepThreads, intra_smem, stream>>>(a);
   } else {
+    constexpr size_t intra_smem = sizeof(prefill_cuda::IntraGridPlan);
     FASTKDA_CUDA_CHECK(cudaFuncSetAttribute(
         prefill_cuda::intra_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(intra_smem)));
     prefill_cuda::intra_kernel<<<dim3(unsigned(slots), unsigned(p.HV)), prefill_cuda::kPrepThreads,
