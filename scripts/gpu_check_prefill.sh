@@ -7,7 +7,7 @@
 #        SEEDS (seeds step: how many pinned seeds, default 10), FLA_CACHE_OUT=1 (return fla's
 #        Triton cache in parts; copy them into .triton-cache here and carry it in later calls
 #        to skip fla's autotuning), SANITIZE_CFGS (sanitize step: subset of "vs1 vs2 vs4
-#        seg64 stream")
+#        seg64 stream persist")
 #   scripts/gpu_check_prefill.sh unpack-triton DIR   here: .triton-cache unpacked from a call's
 #        parts (too large to carry once unpacked at ~190 MB; for inspection)
 # Full logs go to $OUT (or ./gpu_out); a short summary is printed last.
@@ -73,7 +73,7 @@ for s in $steps; do
         for cfg in ${SANITIZE_CFGS:-vs1 vs2 vs4 seg64 stream}; do
           vs=""; seg=""; filter=PrefillGpu.Varlen
           case $cfg in vs1) vs=1 ;; vs2) vs=2 ;; vs4) vs=4 ;; seg64) seg=64 ;;
-            stream) filter=PrefillGpu.StreamedIntra ;; esac
+            stream) filter=PrefillGpu.StreamedIntra ;; persist) filter=PrefillGpu.PersistentGrid ;; esac
           log="$OUT/sanitize_${tool}_$cfg.log"
           FASTKDA_PREFILL_VSPLIT=$vs FASTKDA_PREFILL_SEG=$seg timeout 150 compute-sanitizer \
             --tool $tool --error-exitcode 9 "$BIN" --gtest_filter=$filter > "$log" 2>&1
