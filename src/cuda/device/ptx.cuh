@@ -39,6 +39,17 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float first, float second) {
   return r;
 }
 
+// Four 8 x 8 b16 matrices from the mma fragment layout (lane 4 g + t holds row g, columns 2t and
+// 2t + 1 of matrix i in r_i, the lower column in the low half) to shared memory, transposed: row j
+// of stored matrix i (column j of the matrix) goes to the 16 bytes at the address of lane 8 i + j.
+__device__ __forceinline__ void stmatrix_x4_trans(const void* row, uint32_t r0, uint32_t r1,
+                                                  uint32_t r2, uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(
+                   static_cast<uint32_t>(__cvta_generic_to_shared(row))),
+               "r"(r0), "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+}
+
 // Split-bf16 pair: x = hi + lo + O(2^-17 |x|), hi = bf16(x), lo = bf16(x - hi). A product from
 // hi.hi + hi.lo + lo.hi has ~16 significant bits (tf32: 11).
 __device__ __forceinline__ void split_bf16x2(float x0, float x1, uint32_t& hi, uint32_t& lo) {

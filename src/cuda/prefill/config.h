@@ -123,10 +123,11 @@ constexpr int kLdScan = kK + 8;     // w, qs: [kC][kLdScan]
 constexpr int kLdVt = kC / 2 + 4;   // wgmma stage v^T rows (u32): the prepare's 16-byte stores
                                     // (rows 48 bytes apart) and the scan's A loads (banks 12g + t)
                                     // without conflicts
-constexpr int kLdTb = kC + 8;       // wgmma stage Tb rows: the scan's float2 B loads (rows g, pairs
-                                    // t: banks 24g + 2t, disjoint per half-warp)
 constexpr int kLdTok = kC + 8;      // aqk [kC][kLdTok] (scan stage, intra PrepPrivate)
 constexpr int kLdN = kC + 4;        // nmat [kC][kLdN]
+constexpr int kLdTb = kC + 8;       // wgmma stage Tb rows at kVs = 64 (tb_presplit): the scan's
+                                    // float2 B loads (rows g, pairs t: banks 24g + 2t, disjoint
+                                    // per half-warp)
 constexpr int kLdKe2 = kC / 2;      // ke_hi / ke_lo, u32 token pairs [kK][kLdKe2], swizzled:
 constexpr int kLdOut = 16 + 8;      // output staging, bf16 [kC][kLdOut] per scan warp (16-B rows)
 static_assert(kLdPrep % 32 == 4 && kLdScan % 32 == 8 && kLdTok % 32 == 24 && kLdN % 4 == 0 &&
@@ -144,6 +145,19 @@ __host__ __device__ constexpr int ke_col(int key, int c) {
 static_assert(ke_col(3, 1) == 2 && ke_col(3, 5) == 3 && ke_col(4, 1) == 6 && ke_col(12, 6) == 1 &&
                   ke_col(8, 6) == 5,
               "ke layout");
+// The wgmma stage's Tb is split into bf16 hi / lo by the prepare at kVs = 128, where each of the
+// 8 scan warps split its own copy before (-0.8 to -1.6 % on the kVs = 128 rows); at kVs = 64 the
+// one scan warpgroup splits it in the shadow of its wgmma, and the presplit copy measured +0.6 to
+// +1.3 % there (session 14, bench/results/2026-11-30_s14_ab4). u32 column of the bf16 hi (h = 0)
+// or lo (h = 1) pair of tokens 2q, 2q + 1 in a row of the split Tb: [hi q, lo q, hi q + 4,
+// lo q + 4] for q < 4, 16 bytes per q.
+template <int kVs>
+constexpr bool tb_presplit() {
+  return kVs == 128;
+}
+__host__ __device__ constexpr int tb_col(int q, int h) { return 4 * (q % 4) + 2 * (q / 4) + h; }
+static_assert(tb_col(0, 0) == 0 && tb_col(4, 1) == 3 && tb_col(3, 0) == 12 && tb_col(7, 1) == 15,
+              "split Tb layout");
 
 // ---- intra kernel (one CTA of kPrepThreads per chunk and value head) --------------------------
 
@@ -353,7 +367,9 @@ struct WgScanStage {
   // the prepare ~44 % of the time at kVs = 128 (Nsight Compute, session 7): the prepare writes kw
   // (into `w`, as a tf32 operand) and copies v^T and Tb, and forms neither W nor U.
   uint32_t vt[kVs][kLdVt];  // v^T, bf16 token pairs: vt[col][p] = v[2p][col] | v[2p + 1][col] << 16
-  float tb[kC][kLdTb];      // Tb (f32)
+  // Tb: split (tb_presplit: a scan thread's B fragments of one row, pairs t and t + 4, hi and lo,
+  // are one 16-byte load at tb_col(t, 0)) or f32.
+  std::conditional_t<tb_presplit<kVs>(), uint32_t[kC][kC], float[kC][kLdTb]> tb;
   float decay[kK];          // 2^G_C
 };
 template <int kVs>

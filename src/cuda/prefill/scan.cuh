@@ -121,19 +121,35 @@ __device__ __forceinline__ void decay_tile(float (&s)[4], float2 d) {
 
 // O^T (this warp's 16 value rows x 16 tokens, m16n8 accumulators) -> bf16 staging [token][value]
 // -> 16-byte stores of the valid token rows (with the key split: of token tile `only` alone, the
-// partner warp stores the other).
+// partner warp stores the other). kStmatrix: the staging is one transposing stmatrix (the
+// accumulator pair (value g, tokens 2t, 2t + 1) of token tile m and value half vh is b16 matrix
+// 2 m + vh in the fragment layout, stored as rows 8 m .. 8 m + 7 (tokens), columns 8 vh .. 8 vh + 7
+// (values)) instead of 8 two-byte stores: -0.4 % on the kVs = 128 rows (two scan warpgroups share
+// the issue slots), +0.9 % at kVs = 64 (one warpgroup, where the store is on its chain; session
+// 14, bench/results/2026-11-30_s14_ab4).
+template <bool kStmatrix>
 __device__ __forceinline__ void store_out_tile(const PrefillArgs& a, uint16_t (&ostage)[kC][kLdOut],
                                                const float (&o)[kC / 8][4], uint16_t* out_rows,
                                                int nvalid, int only = -1) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  static_assert(kC == 16 && kLdOut % 8 == 0, "4 matrices of 8 x 8, 16-byte staging rows");
+  const int lane = threadIdx.x & 31;
   __syncwarp();
+  if constexpr (kStmatrix) {
+    const int m = lane / 16, vh = (lane / 8) % 2, j = lane % 8;  // lane 8 (2 m + vh) + j
+    device::stmatrix_x4_trans(&ostage[8 * m + j][8 * vh], device::pack_bf16x2(o[0][0], o[0][1]),
+                              device::pack_bf16x2(o[0][2], o[0][3]),
+                              device::pack_bf16x2(o[1][0], o[1][1]),
+                              device::pack_bf16x2(o[1][2], o[1][3]));
+  } else {
+    const int g = lane >> 2, t = lane & 3;
 #pragma unroll
-  for (int m = 0; m < kC / 8; ++m)
+    for (int m = 0; m < kC / 8; ++m)
 #pragma unroll
-    for (int f = 0; f < 4; ++f) {
-      const int tok = 8 * m + 2 * t + (f & 1), v = g + (f >= 2 ? 8 : 0);
-      ostage[tok][v] = __bfloat16_as_ushort(__float2bfloat16_rn(o[m][f]));
-    }
+      for (int f = 0; f < 4; ++f) {
+        const int tok = 8 * m + 2 * t + (f & 1), v = g + (f >= 2 ? 8 : 0);
+        ostage[tok][v] = __bfloat16_as_ushort(__float2bfloat16_rn(o[m][f]));
+      }
+  }
   __syncwarp();
   const int tok = lane >> 1, half = lane & 1;
   if (tok < nvalid && (only < 0 || tok / 8 == only))
@@ -252,7 +268,7 @@ __device__ __forceinline__ void scan_chunk(const PrefillArgs& a, const ScanStage
       for (int mk = 0; mk <= m; ++mk, ++e)
         mma_f2(o[0][m], av[mk], aq[e]);
 
-    store_out_tile(a, ostage, o[0], out_rows, nvalid, kh);
+    store_out_tile<false>(a, ostage, o[0], out_rows, nvalid, kh);
   }
 
   // S^T = S^T diag(decay) + V_new^T ke with split-bf16 operands (hi.hi + hi.lo + lo.hi, ~16
@@ -340,11 +356,17 @@ __device__ __forceinline__ void scan_chunk_wg(const PrefillArgs& a, const WgScan
     split_vnew(x, xh, xl);
 #pragma unroll
     for (int mr = 0; mr < kTiles; ++mr) {
-      const float2 t0 = *reinterpret_cast<const float2*>(&sb.tb[8 * mr + g][2 * t]);
-      const float2 t1 = *reinterpret_cast<const float2*>(&sb.tb[8 * mr + g][2 * t + 8]);
+      // Tokens 2t, 2t + 1 (h0, l0) and 2t + 8, 2t + 9 (h1, l1) of Tb row 8 mr + g.
       uint32_t h0, l0, h1, l1;
-      split_bf16x2(t0.x, t0.y, h0, l0);
-      split_bf16x2(t1.x, t1.y, h1, l1);
+      if constexpr (tb_presplit<kVs>()) {  // split by the prepare (tb_col)
+        const uint4 b = *reinterpret_cast<const uint4*>(&sb.tb[8 * mr + g][tb_col(t, 0)]);
+        h0 = b.x, l0 = b.y, h1 = b.z, l1 = b.w;
+      } else {
+        const float2 t0 = *reinterpret_cast<const float2*>(&sb.tb[8 * mr + g][2 * t]);
+        const float2 t1 = *reinterpret_cast<const float2*>(&sb.tb[8 * mr + g][2 * t + 8]);
+        split_bf16x2(t0.x, t0.y, h0, l0);
+        split_bf16x2(t1.x, t1.y, h1, l1);
+      }
 #pragma unroll
       for (int f = 0; f < 4; ++f) vn[mr][f] = 0.0f;
       mma_m16n8k16_bf16(vn[mr], xl, h0, h1);
@@ -371,7 +393,7 @@ __device__ __forceinline__ void scan_chunk_wg(const PrefillArgs& a, const WgScan
     }
   }
 
-  if constexpr (kOut) store_out_tile(a, ostage, o, out_rows, nvalid);
+  if constexpr (kOut) store_out_tile<kVs == 128>(a, ostage, o, out_rows, nvalid);
 
   // S^T = S^T diag(decay) + V_new^T ke, split bf16 as in scan_chunk: one m64n128k16 per product.
   uint32_t vh[4], vl[4];
