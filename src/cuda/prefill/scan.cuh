@@ -360,7 +360,7 @@ __device__ __forceinline__ void scan_chunk_wg(const PrefillArgs& a, const WgScan
       uint32_t h0, l0, h1, l1;
       if constexpr (tb_presplit<kVs>()) {  // split by the prepare (tb_col)
         const uint4 b = *reinterpret_cast<const uint4*>(&sb.tb[8 * mr + g][tb_col(t, 0)]);
-        h0 = b.x, l0 = b.y, h1 = b.z, l1 = b.w;
+        h0 = b.x, h1 = b.y, l0 = b.z, l1 = b.w;
       } else {
         const float2 t0 = *reinterpret_cast<const float2*>(&sb.tb[8 * mr + g][2 * t]);
         const float2 t1 = *reinterpret_cast<const float2*>(&sb.tb[8 * mr + g][2 * t + 8]);
