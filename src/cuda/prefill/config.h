@@ -149,14 +149,15 @@ static_assert(ke_col(3, 1) == 2 && ke_col(3, 5) == 3 && ke_col(4, 1) == 6 && ke_
 // 8 scan warps split its own copy before (-0.8 to -1.6 % on the kVs = 128 rows); at kVs = 64 the
 // one scan warpgroup splits it in the shadow of its wgmma, and the presplit copy measured +0.6 to
 // +1.3 % there (session 14, bench/results/2026-11-30_s14_ab4). u32 column of the bf16 hi (h = 0)
-// or lo (h = 1) pair of tokens 2q, 2q + 1 in a row of the split Tb: [hi q, lo q, hi q + 4,
-// lo q + 4] for q < 4, 16 bytes per q.
+// or lo (h = 1) pair of tokens 2q, 2q + 1 in a row of the split Tb: [hi q, hi q + 4, lo q,
+// lo q + 4] for q < 4, 16 bytes per q (the B register pairs of the scan's m16n8k16: hi and lo).
 template <int kVs>
 constexpr bool tb_presplit() {
   return kVs == 128;
 }
-__host__ __device__ constexpr int tb_col(int q, int h) { return 4 * (q % 4) + 2 * (q / 4) + h; }
-static_assert(tb_col(0, 0) == 0 && tb_col(4, 1) == 3 && tb_col(3, 0) == 12 && tb_col(7, 1) == 15,
+__host__ __device__ constexpr int tb_col(int q, int h) { return 4 * (q % 4) + 2 * h + q / 4; }
+static_assert(tb_col(0, 0) == 0 && tb_col(4, 0) == 1 && tb_col(0, 1) == 2 && tb_col(4, 1) == 3 &&
+                  tb_col(3, 0) == 12 && tb_col(7, 1) == 15,
               "split Tb layout");
 
 // ---- intra kernel (one CTA of kPrepThreads per chunk and value head) --------------------------

@@ -102,7 +102,8 @@ __device__ __forceinline__ void copy_tb_vt(const RawStage<kVs>& r, WgScanStage<k
     const float2 x = *reinterpret_cast<const float2*>(&r.tb[row][2 * q]);
     uint32_t hi, lo;
     device::split_bf16x2(x.x, x.y, hi, lo);
-    *reinterpret_cast<uint2*>(&sb.tb[row][tb_col(q, 0)]) = make_uint2(hi, lo);
+    sb.tb[row][tb_col(q, 0)] = hi;
+    sb.tb[row][tb_col(q, 1)] = lo;
   } else {
 #pragma unroll
     for (int e = i; e < kC * kC; e += kPrepThreads) sb.tb[e / kC][e % kC] = r.tb[e / kC][e % kC];
