@@ -169,7 +169,7 @@ static_assert(tb_col(0, 0) == 0 && tb_col(4, 0) == 1 && tb_col(0, 1) == 2 && tb_
 //  - unpadded rows with the column XOR-swizzled by row, the grid kernel's: the products' scalar
 //    fragment loads (rows g, g + 8, column 8 ks + t) still hit 32 different banks, column pairs
 //    (2c, 2c + 1) stay adjacent for the 8-byte stores, and the products' results go over qt
-//    (IntraOperands<true>): 37.5 KiB, 6 CTAs per SM at 80 registers.
+//    (IntraOperands<true>): 36.5 KiB, 6 CTAs per SM at 80 registers.
 template <bool kSwizzled>
 struct IntraLayout {
   static constexpr int kLd = kSwizzled ? kK : kLdPrep;

@@ -252,7 +252,8 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
   auto waves = [&](int64_t ctas) { return double((ctas + sms - 1) / sms); };
   auto chunk_us = [](int vsplit) { return vsplit == 4 ? 1.15 : vsplit == 2 ? 0.96 : 1.45; };
   constexpr double kWaveUs = 20.0, kSegmentUs = 8.5;
-  // The intra kernel (~0.92 SM-us per chunk and head at 5 CTAs per SM since session 13; 1.06
+  // The intra kernel (~0.92 SM-us per chunk and head at 5 CTAs per SM in session 13, ~3 % less at
+  // 6 CTAs per SM since session 14, not refitted: it only weighs plans against each other; 1.06
   // before: H96 T8192 0.396 ms, Nsight Compute) runs before the scan on all SMs, or streamed
   // (~0.95 SM-us per tile since session 13, from the retire sweep below; 1.11 before: 0.414 ms
   // alone): on all SMs for t1, then beside the scan on the sms - jobs SMs it leaves free
