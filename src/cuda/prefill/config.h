@@ -165,7 +165,7 @@ static_assert(tb_col(0, 0) == 0 && tb_col(4, 0) == 1 && tb_col(0, 1) == 2 && tb_
 // Where column `c` of row `row` of the intra kernel's f32 operand arrays (kt or G, qt, kd, ko)
 // lives. Two layouts, one per kernel:
 //  - padded rows (kLdPrep = 4 mod 32), the streamed kernel's (at 96 registers and 5 CTAs per SM;
-//    the swizzled layout spilled there, session 13);
+//    the swizzled layout spilled there, session 13, and at 6 CTAs per SM, session 14);
 //  - unpadded rows with the column XOR-swizzled by row, the grid kernel's: the products' scalar
 //    fragment loads (rows g, g + 8, column 8 ks + t) still hit 32 different banks, column pairs
 //    (2c, 2c + 1) stay adjacent for the 8-byte stores, and the products' results go over qt

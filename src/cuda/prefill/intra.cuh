@@ -100,7 +100,10 @@ __device__ __forceinline__ void intra_products_tile(PrepPrivate<kSwz>& sm,
   float acc0[2][4] = {}, acc1[2][4] = {};  // [even/odd k-step][fragment]: diag, off-diag
   int cols[4], cols4[4];
 #pragma unroll
-  for (int q = 0; q < 4; ++q) cols[q] = Layout::col(g, 8 * q + t), cols4[q] = Layout::col(g, 8 * q + t + 4);
+  for (int q = 0; q < 4; ++q) {
+    cols[q] = Layout::col(g, 8 * q + t);
+    cols4[q] = Layout::col(g, 8 * q + t + 4);
+  }
 #pragma unroll
   for (int ks = 0; ks < kK / 8; ++ks) {
     // Rows g, g + 8 and 8 nt + g share the layout's swizzle (row % 8 == g), which moves bits 2-4
@@ -135,7 +138,8 @@ __device__ __forceinline__ void intra_products_tile(PrepPrivate<kSwz>& sm,
 }
 template <bool kSwz>
 __device__ __forceinline__ void intra_products(PrepPrivate<kSwz>& sm,
-                                               const float (&kd)[kC][IntraLayout<kSwz>::kLd], int i) {
+                                               const float (&kd)[kC][IntraLayout<kSwz>::kLd],
+                                               int i) {
   if ((i >> 5) & 1)
     intra_products_tile<1>(sm, kd, i);
   else
@@ -169,7 +173,8 @@ __device__ __forceinline__ void exact_rows(const PrefillArgs& a, PrepPrivate<kSw
 #pragma unroll
       for (int j = 0; j < kK / 32; ++j) {
         const int col = lane + 32 * j;
-        const float f = device::ex2_approx(G[row][Layout::col(row, col)] - G[s][Layout::col(s, col)]);
+        const float f =
+            device::ex2_approx(G[row][Layout::col(row, col)] - G[s][Layout::col(s, col)]);
         const float ks = bf16_bits_to_f32(r.k[s][col]) * sm.rk[s] * f;
         sk += bf16_bits_to_f32(r.k[row][col]) * sm.rk[row] * ks;
         sq += bf16_bits_to_f32(r.q[row][col]) * sm.rq[row] * ks;
@@ -191,7 +196,8 @@ __device__ __forceinline__ void exact_rows(const PrefillArgs& a, PrepPrivate<kSw
 // series: exact for near-collinear keys), stored row-major to tb_out [kC][kC]. Row r uses rows
 // <= r of N only (causal); entries above the diagonal are exact zeros.
 template <bool kSwz>
-__device__ __forceinline__ void invert_unit_lower(const PrepPrivate<kSwz>& pp, int j, float* tb_out) {
+__device__ __forceinline__ void invert_unit_lower(const PrepPrivate<kSwz>& pp, int j,
+                                                  float* tb_out) {
   float x[kC];
 #pragma unroll
   for (int row = 0; row < kC; ++row) {

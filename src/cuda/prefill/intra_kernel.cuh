@@ -5,8 +5,8 @@
 // Grid: (chunk slot, value head); slot s belongs to the sequence n with slot_base(n) <= s <
 // slot_base(n + 1) (binary search over cu_seqlens; slots past a sequence's last chunk exit).
 // One CTA of 4 warps (kPrepThreads) per chunk, kIntraCtasPerSm CTAs per SM; shared memory
-// IntraGridPlan (config.h). Reads q, k, g (TMA), beta of the chunk; writes Tb, A_qk and the row norms
-// (2176 B) to the workspace at chunk_ws(slot, hv), read by prefill_kernel's prepare warps.
+// IntraGridPlan (config.h). Reads q, k, g (TMA), beta of the chunk; writes Tb, A_qk and the row
+// norms (2176 B) to the workspace at chunk_ws(slot, hv), read by prefill_kernel's prepare warps.
 #pragma once
 
 #include "cuda/prefill/intra.cuh"
@@ -152,9 +152,9 @@ __device__ __forceinline__ IntraTile intra_tile(const PrefillArgs& a, int64_t t)
           tok0 < eos ? int(eos - tok0 < kC ? eos - tok0 : kC) : 0};
 }
 
-// The streamed intra kernel (launch.cu Plan::streamed): a persistent grid of kStreamedCtasPerSm CTAs
-// per SM, started before the scan, whose CTAs take tiles in time order (intra_tile) from a counter
-// in the workspace and count each chunk in its ready counter after its record (the scan's
+// The streamed intra kernel (launch.cu Plan::streamed): a persistent grid of kStreamedCtasPerSm
+// CTAs per SM, started before the scan, whose CTAs take tiles in time order (intra_tile) from a
+// counter in the workspace and count each chunk in its ready counter after its record (the scan's
 // prepare waits on the counters instead of on this grid: wait_ready). A CTA claims its next tile
 // while it works on the current one and loads it into sm.raw as soon as the current one is done
 // with it. The scan grid (one wave, fewer CTAs than SMs) starts once every CTA here has started,
