@@ -74,6 +74,14 @@ template <int kVs>
 constexpr int scan_threads_padded() {
   return kVs == 128 ? 2 * kVs : 128;
 }
+// Two scan warpgroups (kVs = 128) share the SM's issue slots: their wgmma chunk takes three
+// variants that measured faster there and slower with one warpgroup (kVs = 64, where they sit on
+// its chain): Tb split into bf16 hi / lo by the prepare (tb_col), the output staged by stmatrix,
+// the state's decay per P^T / O^T batch (session 14, bench/results/2026-11-30_s14_ab4 / _ab6).
+template <int kVs>
+constexpr bool two_scan_warpgroups() {
+  return scan_threads_padded<kVs>() == 256;
+}
 static_assert(scan_warps<32>() * 32 == scan_threads_padded<32>() &&
                   scan_warps<64>() * 32 == scan_threads_padded<64>() &&
                   scan_warps<128>() * 32 == scan_threads_padded<128>(),
@@ -125,7 +133,7 @@ constexpr int kLdVt = kC / 2 + 4;   // wgmma stage v^T rows (u32): the prepare's
                                     // without conflicts
 constexpr int kLdTok = kC + 8;      // aqk [kC][kLdTok] (scan stage, intra PrepPrivate)
 constexpr int kLdN = kC + 4;        // nmat [kC][kLdN]
-constexpr int kLdTb = kC + 8;       // wgmma stage Tb rows at kVs = 64 (tb_presplit): the scan's
+constexpr int kLdTb = kC + 8;       // wgmma stage Tb rows, one scan warpgroup: the scan's
                                     // float2 B loads (rows g, pairs t: banks 24g + 2t, disjoint
                                     // per half-warp)
 constexpr int kLdKe2 = kC / 2;      // ke_hi / ke_lo, u32 token pairs [kK][kLdKe2], swizzled:
@@ -145,16 +153,11 @@ __host__ __device__ constexpr int ke_col(int key, int c) {
 static_assert(ke_col(3, 1) == 2 && ke_col(3, 5) == 3 && ke_col(4, 1) == 6 && ke_col(12, 6) == 1 &&
                   ke_col(8, 6) == 5,
               "ke layout");
-// The wgmma stage's Tb is split into bf16 hi / lo by the prepare at kVs = 128, where each of the
-// 8 scan warps split its own copy before (-0.8 to -1.6 % on the kVs = 128 rows); at kVs = 64 the
-// one scan warpgroup splits it in the shadow of its wgmma, and the presplit copy measured +0.6 to
-// +1.3 % there (session 14, bench/results/2026-11-30_s14_ab4). u32 column of the bf16 hi (h = 0)
-// or lo (h = 1) pair of tokens 2q, 2q + 1 in a row of the split Tb: [hi q, hi q + 4, lo q,
-// lo q + 4] for q < 4, 16 bytes per q (the B register pairs of the scan's m16n8k16: hi and lo).
-template <int kVs>
-constexpr bool tb_presplit() {
-  return kVs == 128;
-}
+// With two scan warpgroups the wgmma stage's Tb comes split into bf16 hi / lo (each of the 8 scan
+// warps split its own copy before: -0.8 to -1.6 % on the kVs = 128 rows; at kVs = 64 +0.6 to
+// +1.3 %). u32 column of the bf16 hi (h = 0) or lo (h = 1) pair of tokens 2q, 2q + 1 in a row of
+// the split Tb: [hi q, hi q + 4, lo q, lo q + 4] for q < 4, 16 bytes per q (the B register pairs
+// of the scan's m16n8k16: hi and lo).
 __host__ __device__ constexpr int tb_col(int q, int h) { return 4 * (q % 4) + 2 * h + q / 4; }
 static_assert(tb_col(0, 0) == 0 && tb_col(4, 0) == 1 && tb_col(0, 1) == 2 && tb_col(4, 1) == 3 &&
                   tb_col(3, 0) == 12 && tb_col(7, 1) == 15,
@@ -368,9 +371,9 @@ struct WgScanStage {
   // the prepare ~44 % of the time at kVs = 128 (Nsight Compute, session 7): the prepare writes kw
   // (into `w`, as a tf32 operand) and copies v^T and Tb, and forms neither W nor U.
   uint32_t vt[kVs][kLdVt];  // v^T, bf16 token pairs: vt[col][p] = v[2p][col] | v[2p + 1][col] << 16
-  // Tb: split (tb_presplit: a scan thread's B fragments of one row, pairs t and t + 4, hi and lo,
-  // are one 16-byte load at tb_col(t, 0)) or f32.
-  std::conditional_t<tb_presplit<kVs>(), uint32_t[kC][kC], float[kC][kLdTb]> tb;
+  // Tb: split (two_scan_warpgroups: a scan thread's B fragments of one row, pairs t and t + 4, hi
+  // and lo, are one 16-byte load at tb_col(t, 0)) or f32.
+  std::conditional_t<two_scan_warpgroups<kVs>(), uint32_t[kC][kC], float[kC][kLdTb]> tb;
   float decay[kK];          // 2^G_C
 };
 template <int kVs>

@@ -87,16 +87,16 @@ __device__ __forceinline__ void tb_u_products(const RawStage<kVs>& r, ScanStage<
 
 // The wgmma stage (kVs = 128 / 64): Tb (split bf16) and v^T (bf16 token pairs) for the scan
 // warps, which form V_new^T = (v^T - S^T kw^T) Tb^T themselves (scan_chunk_wg): the prepare forms
-// neither W nor U there. Thread i splits token pair i % 8 of Tb row i / 8 (tb_presplit, tb_col;
-// else Tb is copied), and copies 16-byte halves (token pairs 0-3 or 4-7) of value column i % kVs;
-// transition rows (no U) take Tb only.
+// neither W nor U there. Thread i splits token pair i % 8 of Tb row i / 8 (two_scan_warpgroups,
+// tb_col; else Tb is copied), and copies 16-byte halves (token pairs 0-3 or 4-7) of value column
+// i % kVs; transition rows (no U) take Tb only.
 template <int kVs>
 __device__ __forceinline__ void copy_tb_vt(const RawStage<kVs>& r, WgScanStage<kVs>& sb, int i,
                                            bool with_u) {
   constexpr int kParts = kPrepThreads / kVs;  // threads per value column
   static_assert(kParts * kVs == kPrepThreads && (kParts == 1 || kParts == 2),
                 "every prepare thread copies whole halves of one value column");
-  if constexpr (tb_presplit<kVs>()) {
+  if constexpr (two_scan_warpgroups<kVs>()) {
     static_assert(kC * kC / 2 == kPrepThreads, "one token pair of Tb per prepare thread");
     const int row = i / 8, q = i % 8;
     const float2 x = *reinterpret_cast<const float2*>(&r.tb[row][2 * q]);

@@ -319,7 +319,7 @@ __device__ __forceinline__ void scan_chunk_wg(const PrefillArgs& a, const WgScan
   constexpr uint32_t kStepW = 2 * kWgLboKeys / 16;
   wgmma_fence_operands(acc16);
   constexpr int kBatch = 8;
-  constexpr bool kDecayEarly = kVs == 128;
+  constexpr bool kDecayEarly = two_scan_warpgroups<kVs>();
 #pragma unroll
   for (int b = 0; b < kK / 8; b += kBatch) {
     uint32_t af[kBatch][4];
@@ -334,9 +334,8 @@ __device__ __forceinline__ void scan_chunk_wg(const PrefillArgs& a, const WgScan
         wgmma_m64n16k8_tf32_rs(pk8, af[jj], desc_w + kStepW * (b + jj), true);
     }
     wgmma_commit_group();
-    // kVs = 128: S^T diag(2^G_C) for the state update while the batch runs (its A operands are
-    // copies; ptxas still waits for the batch first, C7517, yet the two warpgroups' turns overlap
-    // better: -1 to -2 % on the kVs = 128 rows, +1 to +2 % at kVs = 64, session 14).
+    // Two warpgroups: S^T diag(2^G_C) for the state update while the batch runs (its A operands
+    // are copies; ptxas still waits for the batch first, C7517, yet the rows gain 1-2 %).
     if constexpr (kDecayEarly) {
 #pragma unroll
       for (int jj = 0; jj < kBatch; ++jj)
@@ -367,7 +366,7 @@ __device__ __forceinline__ void scan_chunk_wg(const PrefillArgs& a, const WgScan
     for (int mr = 0; mr < kTiles; ++mr) {
       // Tokens 2t, 2t + 1 (h0, l0) and 2t + 8, 2t + 9 (h1, l1) of Tb row 8 mr + g.
       uint32_t h0, l0, h1, l1;
-      if constexpr (tb_presplit<kVs>()) {  // split by the prepare (tb_col)
+      if constexpr (two_scan_warpgroups<kVs>()) {  // split by the prepare (tb_col)
         const uint4 b = *reinterpret_cast<const uint4*>(&sb.tb[8 * mr + g][tb_col(t, 0)]);
         h0 = b.x, h1 = b.y, l0 = b.z, l1 = b.w;
       } else {
@@ -402,7 +401,7 @@ __device__ __forceinline__ void scan_chunk_wg(const PrefillArgs& a, const WgScan
     }
   }
 
-  if constexpr (kOut) store_out_tile<kVs == 128>(a, ostage, o, out_rows, nvalid);
+  if constexpr (kOut) store_out_tile<two_scan_warpgroups<kVs>()>(a, ostage, o, out_rows, nvalid);
 
   // S^T = S^T diag(decay) + V_new^T ke, split bf16 as in scan_chunk: one m64n128k16 per product.
   uint32_t vh[4], vl[4];
