@@ -46,6 +46,11 @@ def tf32_trunc(x):
     return (u & np.uint32(0xFFFFE000)).view(np.float32)
 
 
+# Mean relative error of truncating an f32 to tf32 (10 mantissa bits kept), for mantissas spread
+# log-uniformly over [1, 2): 2^-11 E[1/m] = 2^-11 / (2 ln 2).
+TRUNC_BIAS = 2.0**-11 / (2 * np.log(2))
+
+
 def bf16(x):
     u = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
     u = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000
@@ -62,6 +67,13 @@ def mm(a, b, mode):
         r = tf32(a).astype(np.float64) @ tf32(b).astype(np.float64)
     elif mode == "tf32_bt":  # b (the scan's register operand: S or V_new) truncated, a rounded
         r = tf32(a).astype(np.float64) @ tf32_trunc(b).astype(np.float64)
+    elif mode == "tf32_btc":  # tf32_bt with a scaled by 1 + TRUNC_BIAS (the truncation's mean)
+        r = tf32(a * np.float32(1 + TRUNC_BIAS)).astype(np.float64) @ tf32_trunc(b).astype(np.float64)
+    elif mode == "tf32_atc":  # a (a prepare-formed smem operand) scaled by 1 + TRUNC_BIAS, truncated
+        r = tf32_trunc(a * np.float32(1 + TRUNC_BIAS)).astype(np.float64) @ tf32(b).astype(np.float64)
+    elif mode == "tf32_tc":  # both truncated, each scaled by 1 + TRUNC_BIAS first
+        c = np.float32(1 + TRUNC_BIAS)
+        r = tf32_trunc(a * c).astype(np.float64) @ tf32_trunc(b * c).astype(np.float64)
     elif mode == "bf16":
         r = bf16(a).astype(np.float64) @ bf16(b).astype(np.float64)
     elif mode == "bf16x2b":  # a bf16, b split hi + lo
@@ -280,6 +292,26 @@ CONFIGS = {  # name: (C, modes[, split-T segment tokens])
         16,
         {**KEPT, "ks": "tf32", "reassoc_v": "bf16x3"},
     ),
+    "C16 as GPU (V_new = Tb (v - kw S)), S / V_new operands truncated": (
+        16,
+        {**KEPT, "ks": "tf32_bt", "reassoc_v": "bf16x3", "qs": "tf32_bt", "av": "tf32_bt"},
+    ),
+    "C16 as GPU, kw / qs (smem operands) truncated, scaled by 1 + bias": (
+        16,
+        {**KEPT, "ks": "tf32_atc", "reassoc_v": "bf16x3", "qs": "tf32_atc"},
+    ),
+    "C16 as GPU, intra operands truncated, scaled by 1 + bias": (
+        16,
+        {**KEPT, "ks": "tf32", "reassoc_v": "bf16x3", "intra": "tf32_tc"},
+    ),
+    "C16 as GPU, kw / qs and intra operands truncated, scaled": (
+        16,
+        {**KEPT, "ks": "tf32_atc", "reassoc_v": "bf16x3", "qs": "tf32_atc", "intra": "tf32_tc"},
+    ),
+    "C16 as GPU, S / V_new truncated, B operands scaled by 1 + bias": (
+        16,
+        {**KEPT, "ks": "tf32_btc", "reassoc_v": "bf16x3", "qs": "tf32_btc", "av": "tf32_btc"},
+    ),
     "C16 kept, V_new = Tb (v - kw S), O's S qs part bf16": (
         16,
         {**KEPT, "ks": "tf32", "reassoc_v": "bf16x3", "qs": "bf16"},
@@ -333,6 +365,25 @@ SEED_CONFIGS = {
     "C16 kept, intra (A', A_qk) f32": (16, {**KEPT, "intra": "f32"}),
     "C16 kept, W.S bf16x3, intra f32": (16, {**KEPT, "ws": "bf16x3", "intra": "f32"}),
     "C16 kept, log2 decay per token >= -128": (16, {**KEPT, "floor2": 128}),
+    "C16 as GPU: floor -128, V_new = Tb (v - kw S)": (
+        16,
+        {**KEPT, "floor2": 128, "ks": "tf32", "reassoc_v": "bf16x3"},
+    ),
+    "C16 as GPU, S / V_new truncated": (
+        16,
+        {**KEPT, "floor2": 128, "ks": "tf32_bt", "reassoc_v": "bf16x3", "qs": "tf32_bt",
+         "av": "tf32_bt"},
+    ),
+    "C16 as GPU, kw / qs and intra operands truncated, scaled": (
+        16,
+        {**KEPT, "floor2": 128, "ks": "tf32_atc", "reassoc_v": "bf16x3", "qs": "tf32_atc",
+         "intra": "tf32_tc"},
+    ),
+    "C16 as GPU, S / V_new truncated, B scaled by 1 + bias": (
+        16,
+        {**KEPT, "floor2": 128, "ks": "tf32_btc", "reassoc_v": "bf16x3", "qs": "tf32_btc",
+         "av": "tf32_btc"},
+    ),
     "C16 kept, floor -128, V_new = Tb (v - kw S), Tb (.) bf16x3": (
         16,
         {**KEPT, "floor2": 128, "ks": "tf32", "reassoc_v": "bf16x3"},

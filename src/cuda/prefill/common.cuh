@@ -21,6 +21,22 @@ __device__ __forceinline__ float bf16_bits_to_f32(uint16_t h) {
 // (ptx.cuh tf32_rn).
 __device__ __forceinline__ float tf32_operand(float x) { return __uint_as_float(device::tf32_rn(x)); }
 
+// Truncated tf32 operands. A tensor-core tf32 operand given as raw f32 bits is truncated (its low
+// 13 bits ignored), which errs toward zero by 2^-11 E[1/m] = 2^-11 / (2 ln 2) of the value on
+// average (mantissas m log-uniform on [1, 2)). An operand formed with a factor 1 + kTruncBias
+// and left unrounded has the rounding's error size without the rounding's instruction
+// (bench/precision_chunk.py, "kw / qs truncated, scaled": state 1.95e-4 / out 1.70e-3 against
+// 1.89e-4 / 1.70e-3 rounded). The wgmma scan's kw and qs are formed this way: the prepare's
+// cumulative decay starts at kTruncBiasLog2 (gate_cumsum), so 2^G carries the factor, G_C - G does
+// not. (The scan's register operands S^T and V_new^T gain nothing from it: a wgmma / mma.sync A
+// operand needs the accumulator's registers in another order, one move each instead of the
+// rounding; checked on the SASS, session 15.)
+constexpr float kTruncBias = 3.5222047e-4f;      // 2^-11 / (2 ln 2)
+constexpr float kTruncBiasLog2 = 5.0805725e-4f;  // log2(1 + kTruncBias)
+static_assert(kTruncBiasLog2 - kTruncBias * kLog2e * (1.0f - kTruncBias / 2) < 1e-9f &&
+                  kTruncBias * kLog2e * (1.0f - kTruncBias / 2) - kTruncBiasLog2 < 1e-9f,
+              "kTruncBiasLog2 = log2(1 + kTruncBias)");
+
 // Element j of a row-norm array (rq / rk: 16-byte aligned in shared memory) for j = 0, 1, ... in
 // an unrolled loop: one 16-byte load per 4 rows instead of one load per row (the loop's stores
 // to other shared arrays would keep the compiler from merging the scalar loads itself).
@@ -170,10 +186,11 @@ __device__ __forceinline__ void gate_rows(const PrefillArgs& a, const float (&x)
 }
 
 // Thread i (key column i): the gate of its column for all kC rows and the cumulative sum G (log2)
-// in registers (Gr). The scan kernel's prepare.
+// from G0 in registers (Gr). The scan kernel's prepare.
 template <class Raw>
 __device__ __forceinline__ void gate_cumsum(const PrefillArgs& a, const Raw& r, int nvalid,
-                                            float bias, float A, int i, float (&Gr)[kC]) {
+                                            float bias, float A, int i, float G0,
+                                            float (&Gr)[kC]) {
   const uint16_t* g16 = reinterpret_cast<const uint16_t*>(&r.g[0][0]);
   float x[kC];
   // One loop per gate type: with the select inside one loop, ptxas predicated both loads (and the
@@ -187,7 +204,7 @@ __device__ __forceinline__ void gate_cumsum(const PrefillArgs& a, const Raw& r, 
   }
   float al2[kC];
   gate_rows(a, x, bias, A, nvalid, al2);
-  float G = 0.0f;
+  float G = G0;
 #pragma unroll
   for (int row = 0; row < kC; ++row) {
     G += al2[row];

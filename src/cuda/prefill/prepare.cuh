@@ -163,6 +163,11 @@ __device__ __forceinline__ void tb_products(const RawStage<kVs>& r, ScanStage<kV
   if (with_u) tb_u_products(r, sb, warp, ah, al);
 }
 
+// Where the prepare's cumulative decay G starts (gate_cumsum): the wgmma stage's kw and qs are
+// truncated tf32 operands that carry 1 + kTruncBias (common.cuh); the mma.sync stage rounds them.
+template <int kVs>
+constexpr float kG0 = uses_wgmma<kVs>() ? kTruncBiasLog2 : 0.0f;
+
 // Thread i (key column i): qs, ke, decay, kw = k^ . 2^G (into sb.w) and A_qk entries i, i + 128;
 // then its warp forms -W and U with tensor cores (tb_products; the wgmma stage: copies of Tb and
 // v^T instead, copy_tb_vt). The split-T transition pass skips
@@ -180,16 +185,15 @@ __device__ __forceinline__ void scan_operands(const PrefillArgs& a, const RawSta
   for (int row = 0; row < kC; ++row) {
     const float kn = bf16_bits_to_f32(r.k[row][i]) * rk(row);
     const float qn = bf16_bits_to_f32(r.q[row][i]) * rq(row);  // rq includes the scale
-    const float e0 = ex2_approx(Gr[row]);  // 2^G <= 1
-    if constexpr (kWg)  // kw as the scan's tf32 operand (it forms S^T kw^T itself)
-      *reinterpret_cast<float*>(sb.w + wg_tf32_offset(row, i, kWgSboKeys, kWgLboKeys)) =
-          tf32_operand(kn * e0);
+    const float e0 = ex2_approx(Gr[row]);  // 2^G <= 1 (wgmma stage: <= 1 + kTruncBias)
+    if constexpr (kWg)  // kw as the scan's tf32 operand (it forms S^T kw^T), truncated
+      *reinterpret_cast<float*>(sb.w + wg_tf32_offset(row, i, kWgSboKeys, kWgLboKeys)) = kn * e0;
     else
       sb.w[row][i] = kn * e0;  // kw, f32; tb_products turns it into -W
     if (outputs) {
-      if constexpr (kWg)
+      if constexpr (kWg)  // truncated, as kw
         *reinterpret_cast<float*>(sb.qs + wg_tf32_offset(row, i, kWgSboKeys, kWgLboKeys)) =
-            tf32_operand(qn * e0);
+            qn * e0;
       else
         sb.qs[row][i] = tf32_operand(qn * e0);
     }
@@ -216,7 +220,7 @@ __device__ __forceinline__ void scan_operands(const PrefillArgs& a, const RawSta
           make_uint4(ke_lo[q], ke_lo[q + 4], ke_lo[q + 1], ke_lo[q + 5]);
     }
   }
-  sb.decay[i] = ex2_approx(g15);
+  sb.decay[i] = ex2_approx(g15 - kG0<kVs>);  // 2^G_C without the operands' factor
   if (outputs) {
 #pragma unroll
     for (int e = i; e < kC * kC; e += kPrepThreads) {
