@@ -1,8 +1,10 @@
 // GPU unit tests of the tf32 operand rounding the prefill kernels use: device::tf32_rn (cvt.rn.tf32,
 // one F2FP on sm_90) must multiply bit for bit like the operand rounded to nearest even on the host
 // and read raw, over random tiles with every rounding case (ties, carries into the exponent,
-// denormals); the raw, unrounded bits (truncation) must differ, so the test can fail. And it must
-// keep NaN and inf (the one-add rounding used before turned the canonical NaN into -0).
+// denormals); the raw, unrounded bits must differ, so the test can fail, and multiply bit for bit
+// like the operand truncated on the host (the tensor cores ignore the low 13 bits: the prefill's
+// truncated operands, kTruncBias in cuda/prefill/common.cuh, rely on it). And it must keep NaN and
+// inf (the one-add rounding used before turned the canonical NaN into -0).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -56,6 +58,8 @@ float tf32_rne_host(float x) {
   const uint32_t u = to_bits(x);
   return from_bits((u + 0x0fffu + ((u >> 13) & 1u)) & 0xffffe000u);
 }
+// x truncated to 10 mantissa bits (toward zero).
+float tf32_trunc_host(float x) { return from_bits(to_bits(x) & 0xffffe000u); }
 
 TEST(PtxGpu, Tf32RnOperandEqualsHostRounding) {
   if (!fastkda_gpu_test::have_gpu()) GTEST_SKIP() << "no CUDA device";
@@ -103,17 +107,25 @@ TEST(PtxGpu, Tf32RnOperandEqualsHostRounding) {
   std::vector<float> ar(a.size()), br(b.size());
   for (size_t i = 0; i < a.size(); ++i) ar[i] = tf32_rne_host(a[i]);
   for (size_t i = 0; i < b.size(); ++i) br[i] = tf32_rne_host(b[i]);
+  std::vector<float> at(a.size()), bt(b.size());
+  for (size_t i = 0; i < a.size(); ++i) at[i] = tf32_trunc_host(a[i]);
+  for (size_t i = 0; i < b.size(); ++i) bt[i] = tf32_trunc_host(b[i]);
   const auto rn = run(a, b, Mode::kRn), host = run(ar, br, Mode::kRaw), raw = run(a, b, Mode::kRaw);
-  size_t diff_rn = 0, diff_raw = 0;
+  const auto host_trunc = run(at, bt, Mode::kRaw);
+  size_t diff_rn = 0, diff_raw = 0, diff_trunc = 0;
   for (size_t i = 0; i < rn.size(); ++i) {
     diff_rn += rn[i] != host[i];
     diff_raw += raw[i] != host[i];
+    diff_trunc += raw[i] != host_trunc[i];
   }
   EXPECT_EQ(diff_rn, 0u) << "tf32_rn operands differ from host rounding in " << diff_rn << " of "
                          << rn.size() << " products";
   EXPECT_GT(diff_raw, rn.size() / 10) << "unrounded operands should differ (truncation)";
-  std::printf("[ptx] tf32_rn == host round-to-nearest-even in %zu products; raw bits differ in %zu\n",
-              rn.size(), diff_raw);
+  EXPECT_EQ(diff_trunc, 0u) << "raw operands differ from host truncation in " << diff_trunc
+                            << " of " << rn.size() << " products";
+  std::printf("[ptx] tf32_rn == host round-to-nearest-even in %zu products; raw bits differ from "
+              "it in %zu and from host truncation in %zu\n",
+              rn.size(), diff_raw, diff_trunc);
   cudaFree(da), cudaFree(db), cudaFree(dd);
 }
 

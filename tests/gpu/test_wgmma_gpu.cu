@@ -169,6 +169,14 @@ __global__ void chain_kernel(const uint16_t* a, const uint16_t* b, const float* 
   store_acc<16>(d, V);
 }
 
+// x truncated to 10 mantissa bits (toward zero): how the tensor cores read raw f32 bits.
+float tf32_trunc(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  u &= 0xffffe000u;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
 // x rounded to 10 mantissa bits (finite x): to nearest, ties away (cvt.rna) or to even (cvt.rn).
 float tf32_host(float x, bool ties_even = false) {
   uint32_t u;
@@ -293,7 +301,10 @@ TEST(WgmmaGpu, AccumulatorAsTf32OperandChain) {
   std::vector<uint16_t> a, b;
   const std::vector<double> s_ref = random_bf16_product(rng, a, b);
   std::vector<float> w(16 * 128);
-  for (float& x : w) x = tf32_host(normal(rng));  // exact in tf32: truncation changes nothing
+  // Raw f32, not exact in tf32: the wgmma reads its shared-memory tf32 operand truncated (the
+  // prefill's kw / qs are stored so, kTruncBias in cuda/prefill/common.cuh); rounded instead, V
+  // would be off by ~1e-4.
+  for (float& x : w) x = normal(rng);
   uint16_t *da = to_device(a), *db = to_device(b);
   float *dw = to_device(w), *ds = nullptr, *dd = nullptr;
   ASSERT_EQ(cudaMalloc(&ds, s_ref.size() * 4), cudaSuccess);
@@ -307,7 +318,7 @@ TEST(WgmmaGpu, AccumulatorAsTf32OperandChain) {
   for (int r = 0; r < 64; ++r)
     for (int n = 0; n < 16; ++n)
       for (int k = 0; k < 128; ++k)
-        d_ref[r * 16 + n] += double(tf32_host(s[r * 128 + k], true)) * w[n * 128 + k];
+        d_ref[r * 16 + n] += double(tf32_host(s[r * 128 + k], true)) * tf32_trunc(w[n * 128 + k]);
   const double es = rms_rel(s, s_ref), ed = rms_rel(d, d_ref);
   std::printf("[wgmma] chain: S rms_rel %g, V = S W^T rms_rel %g\n", es, ed);
   EXPECT_LE(es, 1e-6) << "bf16 m64n128k16 accumulator layout";

@@ -48,22 +48,24 @@ __device__ __forceinline__ void anchored_block(PrepPrivate<kSwz>& pp, RawQKG<kSw
     const int row = kRow0 + j;
     const uint32_t ku = *reinterpret_cast<const uint32_t*>(&r.k[row][col]);
     const uint32_t qu = *reinterpret_cast<const uint32_t*>(&r.q[row][col]);
-    const float rkj = rk(j), rqj = rq(j);  // rq includes the scale
+    // The four operands are truncated tf32 (raw f32 bits) carrying 1 + kTruncBias (common.cuh),
+    // through the row norms here (rq includes the scale).
+    const float rkj = rk(j) * (1.0f + kTruncBias), rqj = rq(j) * (1.0f + kTruncBias);
     const float kn[2] = {bf16_lo(ku) * rkj, bf16_hi(ku) * rkj};
     const float qn[2] = {bf16_lo(qu) * rqj, bf16_hi(qu) * rqj};
     float kt[2], qt[2], kd[2], ko[2];
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
       const float e = ex2_approx(L[c][j]);  // <= 1
-      kt[c] = tf32_operand(kn[c] * e);
-      qt[c] = tf32_operand(qn[c] * e);
+      kt[c] = kn[c] * e;
+      qt[c] = qn[c] * e;
       if constexpr (kBounded) {
         const float d = kn[c] * ex2_approx(-L[c][j]);  // <= 2^58 k^: no clamp
-        kd[c] = tf32_operand(d);
-        if constexpr (kFirst) ko[c] = tf32_operand(d * p7[c]);
+        kd[c] = d;
+        if constexpr (kFirst) ko[c] = d * p7[c];
       } else {
-        kd[c] = tf32_operand(kn[c] * ex2_approx(fminf(-L[c][j], kMaxAnchorSpan)));
-        if constexpr (kFirst) ko[c] = tf32_operand(kn[c] * ex2_approx(L[c][kHalf - 1] - L[c][j]));
+        kd[c] = kn[c] * ex2_approx(fminf(-L[c][j], kMaxAnchorSpan));
+        if constexpr (kFirst) ko[c] = kn[c] * ex2_approx(L[c][kHalf - 1] - L[c][j]);
       }
     }
     const int sc = Layout::col(row, col);  // rows j and 8 + j: the same swizzle
