@@ -153,18 +153,23 @@ __device__ __forceinline__ float load_beta_raw(const PrefillArgs& a, int64_t tok
 // addition). NaN stays NaN (max.NaN). The bounded gate never goes below lower_bound (>= -5).
 // kN consecutive rows of one column from the row `nvalid` rows before the end (rows >= nvalid:
 // 0; nvalid may be <= 0). kBounded: the caller knows a.gate == Gate::kBounded (no mode switch).
+// Returns the factor f of the log2-decays al2[row] * f: the bounded gate leaves its constant
+// lower_bound log2(e) to the caller's cumulative sum (one FMA per row instead of a multiply and an
+// add); the other gates return 1 (an FMA with 1 is the add, bit for bit).
 template <bool kBounded = false, int kN = kC>
-__device__ __forceinline__ void gate_rows(const PrefillArgs& a, const float (&x)[kN], float bias,
-                                          float A, int nvalid, float (&al2)[kN]) {
+__device__ __forceinline__ float gate_rows(const PrefillArgs& a, const float (&x)[kN], float bias,
+                                           float A, int nvalid, float (&al2)[kN]) {
   using device::ex2_approx;
   using device::fmax_nan;
+  float factor = 1.0f;
   // (x + bias) c as one FMA per row, x c + (bias c), with bias c formed once per column.
   switch (kBounded ? Gate::kBounded : a.gate) {
     case Gate::kBounded: {
       const float c = -A * kLog2e, bc = bias * c;
 #pragma unroll
       for (int row = 0; row < kN; ++row)
-        al2[row] = a.lower_bound_log2 * device::rcp_approx(1.0f + ex2_approx(fmaf(x[row], c, bc)));
+        al2[row] = device::rcp_approx(1.0f + ex2_approx(fmaf(x[row], c, bc)));
+      factor = a.lower_bound_log2;
       break;
     }
     case Gate::kSoftplus:
@@ -183,6 +188,7 @@ __device__ __forceinline__ void gate_rows(const PrefillArgs& a, const float (&x)
 #pragma unroll
     for (int row = 0; row < kN; ++row) al2[row] = row < nvalid ? al2[row] : 0.0f;
   }
+  return factor;
 }
 
 // Thread i (key column i): the gate of its column for all kC rows and the cumulative sum G (log2)
@@ -203,11 +209,11 @@ __device__ __forceinline__ void gate_cumsum(const PrefillArgs& a, const Raw& r, 
     for (int row = 0; row < kC; ++row) x[row] = bf16_bits_to_f32(g16[row * kK + i]);
   }
   float al2[kC];
-  gate_rows(a, x, bias, A, nvalid, al2);
+  const float f = gate_rows(a, x, bias, A, nvalid, al2);
   float G = G0;
 #pragma unroll
   for (int row = 0; row < kC; ++row) {
-    G += al2[row];
+    G = fmaf(al2[row], f, G);
     Gr[row] = G;
   }
 }
@@ -254,11 +260,11 @@ __device__ __forceinline__ void gate_scan(const PrefillArgs& a, Priv& pp, const 
 #pragma unroll
   for (int c = 0; c < 2; ++c) {
     float al2[kHalf];
-    gate_rows<kBounded, kHalf>(a, x[c], bias[c], A, nvalid - tc.row0, al2);
+    const float f = gate_rows<kBounded, kHalf>(a, x[c], bias[c], A, nvalid - tc.row0, al2);
     float G = 0.0f;
 #pragma unroll
     for (int j = 0; j < kHalf; ++j) {
-      G += al2[j];
+      G = fmaf(al2[j], f, G);
       L[c][j] = G;
     }
   }
