@@ -109,13 +109,28 @@ __device__ __forceinline__ void copy_tb_vt(const RawStage<kVs>& r, WgScanStage<k
     for (int e = i; e < kC * kC; e += kPrepThreads) sb.tb[e / kC][e % kC] = r.tb[e / kC][e % kC];
   }
   if (!with_u) return;
-  const int col = i % kVs;
+  if constexpr (kParts == 1) {
+    // Thread i: value columns 2c, 2c + 1 (c = i % 64) of tokens 8h .. 8h + 7 (h = i / 64), from
+    // 4-byte loads of column pairs (8 loads and 8 byte permutes instead of 16 loads of 2 bytes).
+    static_assert(!v_in_blocks<kVs>() && 2 * kPrepThreads == kC * kVs / 8, "pairs x halves");
+    const int c = 2 * (i % (kVs / 2)), h = i / (kVs / 2);
+    uint32_t lo[4], hi[4];  // columns c, c + 1: token pairs 4h .. 4h + 3
 #pragma unroll
-  for (int h = i / kVs; h < 2; h += kParts) {
+    for (int q = 0; q < 4; ++q) {
+      const int t = 8 * h + 2 * q;
+      const uint32_t a = *reinterpret_cast<const uint32_t*>(&r.v[v_index<kVs>(t, c)]);
+      const uint32_t b = *reinterpret_cast<const uint32_t*>(&r.v[v_index<kVs>(t + 1, c)]);
+      lo[q] = __byte_perm(a, b, 0x5410);
+      hi[q] = __byte_perm(a, b, 0x7632);
+    }
+    *reinterpret_cast<uint4*>(&sb.vt[c][4 * h]) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+    *reinterpret_cast<uint4*>(&sb.vt[c + 1][4 * h]) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+  } else {
+    const int col = i % kVs;  // tokens 8h .. 8h + 7, h = i / kVs
     uint32_t p[4];
 #pragma unroll
-    for (int q = 0; q < 4; ++q) p[q] = v_pair(r, 2 * (4 * h + q), col);
-    *reinterpret_cast<uint4*>(&sb.vt[col][4 * h]) = make_uint4(p[0], p[1], p[2], p[3]);
+    for (int q = 0; q < 4; ++q) p[q] = v_pair(r, 2 * (4 * (i / kVs) + q), col);
+    *reinterpret_cast<uint4*>(&sb.vt[col][4 * (i / kVs)]) = make_uint4(p[0], p[1], p[2], p[3]);
   }
 }
 
