@@ -228,7 +228,7 @@ std::optional<int64_t> env_retire() {
 // The value split, split T and the streamed intra kernel from one cost model of the passes (H200,
 // refitted in session 9 from forced plans, bench/results/2026-11-29_s9_ab2, kVs = 64 and the
 // streamed plan in session 10): a 16-token chunk of a scan CTA (one CTA per SM) takes
-// ~1.45 / 0.96 / 1.15 us at kVs = 128 / 64 / 32, CTAs run in whole
+// ~1.38 / 0.96 / 1.15 us at kVs = 128 / 64 / 32, CTAs run in whole
 // waves, and each wave costs ~20 us more (start state, pipeline fill, state stores). Unsplit: one
 // CTA walks all chunks of its (sequence, head, value slice). Split into nseg segments: pass 1 runs
 // heads x vsplit x (2 nseg - 3) CTAs without outputs (~0.85 of a chunk's time), pass 2
@@ -250,7 +250,10 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
       });
   const double chunks = num_seq > 0 ? double(p.B * p.T) / double(num_seq) / prefill_cuda::kC : 0;
   auto waves = [&](int64_t ctas) { return double((ctas + sms - 1) / sms); };
-  auto chunk_us = [](int vsplit) { return vsplit == 4 ? 1.15 : vsplit == 2 ? 0.96 : 1.45; };
+  // kVs = 128: 1.38 since session 15 (the prepare's truncated operands, gate FMA and v^T pairs:
+  // -4 to -5 % on the kVs = 128 rows; the retire sweep then found 44 % of the tiles best for H96
+  // T8192, 0.920 ms against 0.926 at the 41.3 % of 1.45 us, bench/results/2026-11-30_s15_final).
+  auto chunk_us = [](int vsplit) { return vsplit == 4 ? 1.15 : vsplit == 2 ? 0.96 : 1.38; };
   constexpr double kWaveUs = 20.0, kSegmentUs = 8.5;
   // The intra kernel (~0.92 SM-us per chunk and head at 5 CTAs per SM in session 13, ~3 % less at
   // 6 CTAs per SM since session 14, not refitted: it only weighs plans against each other; 1.06
