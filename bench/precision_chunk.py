@@ -19,7 +19,10 @@ Products (S is the K x V state, f32 between chunks; C tokens per chunk):
     O    = (scale q^ . 2^G) S + A_qk V_new                       modes "qs", "av"
     S    = 2^(G_C) . S + (k^ . 2^(G_C - G))^T V_new              mode "su"
 Modes: "f32" (operands f32), "tf32" (round to nearest away, 10 mantissa bits), "tf32_bt" (the
-right operand, the scan's register operand S or V_new, truncated instead: raw f32 bits), "bf16",
+right operand, the scan's register operand S or V_new, truncated instead: raw f32 bits),
+"tf32_btc" (the same with the left operand scaled by 1 + TRUNC_BIAS, the truncation's mean),
+"tf32_atc" (the left operand, a prepare-formed one such as kw or qs, scaled and truncated),
+"tf32_tc" (both scaled and truncated: the intra products), "bf16",
 "bf16x3" (split hi + lo bf16: hi.hi + hi.lo + lo.hi), "bf16x2" (A split, B bf16), "bf16x2b"
 (A bf16, B split). "reassoc" /
 "ks": V_new = U - Tb (kw S) instead of U - W S (chunk_step). Split-T

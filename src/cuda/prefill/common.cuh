@@ -26,9 +26,11 @@ __device__ __forceinline__ float tf32_operand(float x) { return __uint_as_float(
 // average (mantissas m log-uniform on [1, 2)). An operand formed with a factor 1 + kTruncBias
 // and left unrounded has the rounding's error size without the rounding's instruction
 // (bench/precision_chunk.py, "kw / qs truncated, scaled": state 1.95e-4 / out 1.70e-3 against
-// 1.89e-4 / 1.70e-3 rounded). The wgmma scan's kw and qs are formed this way: the prepare's
-// cumulative decay starts at kTruncBiasLog2 (gate_cumsum), so 2^G carries the factor, G_C - G does
-// not. (The scan's register operands S^T and V_new^T gain nothing from it: a wgmma / mma.sync A
+// 1.89e-4 / 1.70e-3 rounded). Formed this way: the wgmma scan's kw and qs (the prepare's
+// cumulative decay starts at kTruncBiasLog2, gate_cumsum, so 2^G carries the factor, G_C - G does
+// not) and the intra kernel's kt, qt, kd, ko (through the row norms, anchored_block). GPU tests
+// check that the tensor cores truncate (PtxGpu, WgmmaGpu). (The scan's register operands S^T and
+// V_new^T gain nothing from it: a wgmma / mma.sync A
 // operand needs the accumulator's registers in another order, one move each instead of the
 // rounding; checked on the SASS, session 15.)
 constexpr float kTruncBias = 3.5222047e-4f;      // 2^-11 / (2 ln 2)
