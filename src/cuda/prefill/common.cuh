@@ -17,8 +17,9 @@ constexpr float kMinLogDecay2 = 128.0f;  // per-token log2 decay floor (gate_row
 __device__ __forceinline__ float bf16_bits_to_f32(uint16_t h) {
   return __uint_as_float(uint32_t(h) << 16);
 }
-// A value that only tf32 MMAs read (kt, qt, kd, ko, A_qk, -W, qs): stored rounded to tf32
-// (ptx.cuh tf32_rn).
+// A value that only tf32 MMAs read, stored rounded to tf32 (ptx.cuh tf32_rn): A_qk, and the
+// mma.sync stage's -W and qs (kVs = 32). The other operands formed outside the scan warps (kt, qt,
+// kd, ko; the wgmma stage's kw, qs) are truncated instead (kTruncBias below).
 __device__ __forceinline__ float tf32_operand(float x) { return __uint_as_float(device::tf32_rn(x)); }
 
 // Truncated tf32 operands. A tensor-core tf32 operand given as raw f32 bits is truncated (its low
