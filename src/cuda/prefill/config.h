@@ -250,11 +250,12 @@ struct IntraPlan {
   PrepPrivate<kSwizzled> pp;
   uint64_t full;  // mbarrier: the q, k, g loads landed
   IntraTile tile[2];  // streamed intra kernel: this and the next tile, by parity
+  int64_t next;       // streamed intra kernel: the tile claimed during the current one
 };
 using IntraGridPlan = IntraPlan<true>;
-using IntraStreamPlan = IntraPlan<false>;
+using IntraStreamPlan = IntraPlan<true>;
 // CTAs per SM: the grid kernel 6 (80 registers), the streamed one 5 (~96 registers).
-constexpr int kIntraCtasPerSm = 6, kStreamedCtasPerSm = 5;
+constexpr int kIntraCtasPerSm = 6, kStreamedCtasPerSm = 6;
 static_assert((sizeof(IntraGridPlan) + 1024) * kIntraCtasPerSm <= 228 * 1024,
               "intra kernel: 6 CTAs per SM");
 static_assert((sizeof(IntraStreamPlan) + 1024) * kStreamedCtasPerSm <= 228 * 1024,

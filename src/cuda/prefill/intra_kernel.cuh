@@ -21,14 +21,16 @@ __device__ __forceinline__ void issue_qkg(const PrefillArgs& a, Plan& sm, int64_
   load_qkg(a, sm.raw, int(tok0), hv / a.group, hv, &sm.full);
 }
 
-// One chunk (tok0 .. tok0 + nvalid of value head hv, workspace slot `slot`) by the CTA's 4 warps,
-// its loads issued on sm.full (next completion: parity `parity`): the products and the record.
+// One chunk (tok0 .. tok0 + nvalid of value head hv) by the CTA's 4 warps, its loads issued on
+// sm.full (next completion: parity `parity`): the products and the record at record() (asked for
+// at the end: the streamed kernel reads its slot from shared memory then, not from registers held
+// over the chunk).
 // landed() runs on every thread after the loads landed (a barrier since), raw_free() once no
 // thread reads sm.raw any more (kRefill: each has also fenced its accesses for the async proxy,
 // so that the next chunk may be loaded there by TMA). Ends without a barrier after the record's
 // stores. kBounded: a.gate is Gate::kBounded (no spans, clamps or exact rows: bounded_spans_fit).
-template <bool kRefill, bool kBounded, class Plan, class Landed, class RawFree>
-__device__ __forceinline__ void intra_chunk(const PrefillArgs& a, Plan& sm, int64_t slot,
+template <bool kRefill, bool kBounded, class Plan, class Record, class Landed, class RawFree>
+__device__ __forceinline__ void intra_chunk(const PrefillArgs& a, Plan& sm, Record&& record,
                                             int hv, int64_t tok0, int nvalid, uint32_t parity,
                                             Landed&& landed, RawFree&& raw_free) {
   const int i = threadIdx.x;
@@ -80,7 +82,7 @@ __device__ __forceinline__ void intra_chunk(const PrefillArgs& a, Plan& sm, int6
   }
   raw_free();
 
-  float* ws = chunk_ws(a, slot, hv);  // [Tb kC x kC][A_qk kC x kC][rq kC][rk kC]
+  float* ws = record();  // [Tb kC x kC][A_qk kC x kC][rq kC][rk kC]
   if (i < kC) {
     invert_unit_lower(sm.pp, i, ws);
     ws[2 * kC * kC + i] = sm.pp.rq[i];
@@ -131,9 +133,11 @@ __global__ void __launch_bounds__(kPrepThreads, kIntraCtasPerSm)
   }
   __syncthreads();  // the mbarrier is initialised before anyone waits on it
   if (a.gate == Gate::kBounded)
-    intra_chunk<false, true>(a, sm, slot, hv, tok0, nvalid, 0, [] {}, [] {});
+    intra_chunk<false, true>(a, sm, [&] { return chunk_ws(a, slot, hv); }, hv, tok0, nvalid, 0,
+                             [] {}, [] {});
   else
-    intra_chunk<false, false>(a, sm, slot, hv, tok0, nvalid, 0, [] {}, [] {});
+    intra_chunk<false, false>(a, sm, [&] { return chunk_ws(a, slot, hv); }, hv, tok0, nvalid, 0,
+                              [] {}, [] {});
 }
 
 // Tile t of the streamed intra kernel: chunk t / (N HV) of sequence (t / HV) % N, value head
@@ -195,29 +199,37 @@ __global__ void __launch_bounds__(kPrepThreads, kStreamedCtasPerSm)
   __syncthreads();  // the mbarrier is initialised, sm.tile[0] set
   // A chunk is counted one chunk later (after the next one's loads landed, or at the end):
   // the fence then finds the record's stores done instead of waiting for them on the CTA's path
-  // (at once, it cost ~0.1 ms of H96 T8192's ~0.4 ms of intra work).
-  uint32_t* ready = nullptr;
+  // (at once, it cost ~0.1 ms of H96 T8192's ~0.4 ms of intra work). The CTA's bookkeeping lives
+  // in shared memory (sm.tile, sm.next) rather than in registers held over a chunk: at 6 CTAs per
+  // SM (80 registers) they spilled (session 14). The uncounted chunk is tile k ^ 1 of iteration k
+  // (refill overwrites it only after landed()).
+  bool uncounted = false;
+  int k = 0;  // sm.tile[k]: this tile; `control` sets sm.tile[k ^ 1]
   auto publish = [&] {
-    if (control && ready) device::red_release_add(ready, 1u);
-    ready = nullptr;
+    if (control && uncounted) device::red_release_add(&a.ready[sm.tile[k ^ 1].counter], 1u);
+    uncounted = false;
   };
   uint32_t parity = 0;
-  for (int k = 0;; k ^= 1) {  // sm.tile[k]: this tile; `control` sets sm.tile[k ^ 1]
-    const IntraTile x = sm.tile[k];
-    if (x.nvalid < 0) break;
+  for (;; k ^= 1) {
+    const int nvalid = sm.tile[k].nvalid;
+    if (nvalid < 0) break;
     // Claimed now, started once sm.raw is free: the atomic's latency overlaps the chunk's work.
-    const int64_t next = control ? claim() : -1;
+    if (control) sm.next = claim();
     auto refill = [&] {
-      if (control) start(k ^ 1, next);
+      if (control) start(k ^ 1, sm.next);
     };
-    if (x.nvalid > 0) {
+    if (nvalid > 0) {
+      auto record = [&] { return chunk_ws(a, sm.tile[k].slot, sm.tile[k].hv); };
+      const int hv = sm.tile[k].hv;
+      const int64_t tok0 = sm.tile[k].tok0;
       if (a.gate == Gate::kBounded)
-        intra_chunk<true, true>(a, sm, x.slot, x.hv, x.tok0, x.nvalid, parity, publish, refill);
+        intra_chunk<true, true>(a, sm, record, hv, tok0, nvalid, parity, publish, refill);
       else
-        intra_chunk<true, false>(a, sm, x.slot, x.hv, x.tok0, x.nvalid, parity, publish, refill);
+        intra_chunk<true, false>(a, sm, record, hv, tok0, nvalid, parity, publish, refill);
       parity ^= 1u;
-      ready = &a.ready[x.counter];
+      uncounted = true;
     } else {
+      publish();  // before refill rewrites its tile (no empty tiles in the plans that stream)
       refill();
     }
     __syncthreads();  // every store of the record is issued; sm.tile[k ^ 1] is set
