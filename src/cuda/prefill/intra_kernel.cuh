@@ -5,7 +5,7 @@
 // Grid: (chunk slot, value head); slot s belongs to the sequence n with slot_base(n) <= s <
 // slot_base(n + 1) (binary search over cu_seqlens; slots past a sequence's last chunk exit).
 // One CTA of 4 warps (kPrepThreads) per chunk, kIntraCtasPerSm CTAs per SM; shared memory
-// IntraGridPlan (config.h). Reads q, k, g (TMA), beta of the chunk; writes Tb, A_qk and the row
+// IntraPlan (config.h). Reads q, k, g (TMA), beta of the chunk; writes Tb, A_qk and the row
 // norms (2176 B) to the workspace at chunk_ws(slot, hv), read by prefill_kernel's prepare warps.
 #pragma once
 
@@ -15,8 +15,8 @@ namespace fastkda::prefill_cuda {
 
 // Thread 0: the TMA loads of q, k, g of the chunk at tok0 of value head hv into sm.raw (the scan's
 // tensor maps: launch.cu make_load_maps), completing on sm.full.
-template <class Plan>
-__device__ __forceinline__ void issue_qkg(const PrefillArgs& a, Plan& sm, int64_t tok0, int hv) {
+__device__ __forceinline__ void issue_qkg(const PrefillArgs& a, IntraPlan& sm, int64_t tok0,
+                                          int hv) {
   device::mbarrier_arrive_expect_tx(&sm.full, qkg_bytes(a));
   load_qkg(a, sm.raw, int(tok0), hv / a.group, hv, &sm.full);
 }
@@ -29,8 +29,8 @@ __device__ __forceinline__ void issue_qkg(const PrefillArgs& a, Plan& sm, int64_
 // thread reads sm.raw any more (kRefill: each has also fenced its accesses for the async proxy,
 // so that the next chunk may be loaded there by TMA). Ends without a barrier after the record's
 // stores. kBounded: a.gate is Gate::kBounded (no spans, clamps or exact rows: bounded_spans_fit).
-template <bool kRefill, bool kBounded, class Plan, class Record, class Landed, class RawFree>
-__device__ __forceinline__ void intra_chunk(const PrefillArgs& a, Plan& sm, Record&& record,
+template <bool kRefill, bool kBounded, class Record, class Landed, class RawFree>
+__device__ __forceinline__ void intra_chunk(const PrefillArgs& a, IntraPlan& sm, Record&& record,
                                             int hv, int64_t tok0, int nvalid, uint32_t parity,
                                             Landed&& landed, RawFree&& raw_free) {
   const int i = threadIdx.x;
@@ -59,20 +59,20 @@ __device__ __forceinline__ void intra_chunk(const PrefillArgs& a, Plan& sm, Reco
     __syncthreads();
   } else if (__syncthreads_or(i < kC && row_needs_exact(sm.pp, i))) {
     auto& G = sm.pp.kt;  // the products are done with kt
-    using Layout = IntraLayout<Plan::kSwz>;  // G[row][Layout::col(row, c)]: rows j, 8 + j alike
-    const int sc7 = Layout::col(kHalf - 1, tc.col);
+    const int sc7 = IntraLayout::col(kHalf - 1, tc.col);
     // G = L in the first block; the second block adds G_7 of its columns, once it is stored.
     if (tc.h == 0) {
 #pragma unroll
       for (int j = 0; j < kHalf; ++j)
-        *reinterpret_cast<float2*>(&G[j][Layout::col(j, tc.col)]) = make_float2(L[0][j], L[1][j]);
+        *reinterpret_cast<float2*>(&G[j][IntraLayout::col(j, tc.col)]) =
+            make_float2(L[0][j], L[1][j]);
     }
     __syncthreads();
     if (tc.h == 1) {
       const float2 g7 = *reinterpret_cast<const float2*>(&G[kHalf - 1][sc7]);
 #pragma unroll
       for (int j = 0; j < kHalf; ++j)
-        *reinterpret_cast<float2*>(&G[kHalf + j][Layout::col(j, tc.col)]) =
+        *reinterpret_cast<float2*>(&G[kHalf + j][IntraLayout::col(j, tc.col)]) =
             make_float2(g7.x + L[0][j], g7.y + L[1][j]);
     }
     __syncthreads();
@@ -97,8 +97,7 @@ __device__ __forceinline__ void intra_chunk(const PrefillArgs& a, Plan& sm, Reco
   }
 }
 
-template <class Plan>
-__device__ __forceinline__ void init_full_barrier(Plan& sm) {
+__device__ __forceinline__ void init_full_barrier(IntraPlan& sm) {
   device::mbarrier_init(&sm.full, 1);
   device::fence_mbarrier_init();
 }
@@ -106,7 +105,7 @@ __device__ __forceinline__ void init_full_barrier(Plan& sm) {
 __global__ void __launch_bounds__(kPrepThreads, kIntraCtasPerSm)
     intra_kernel(const __grid_constant__ PrefillArgs a) {
   extern __shared__ __align__(128) unsigned char smem_bytes[];
-  auto& sm = *reinterpret_cast<IntraGridPlan*>(smem_bytes);
+  auto& sm = *reinterpret_cast<IntraPlan*>(smem_bytes);
   const int64_t slot = blockIdx.x;
   const int hv = blockIdx.y;
   // The scan kernel may start on SMs this grid no longer fills (its CTAs set up, then wait for
@@ -156,7 +155,7 @@ __device__ __forceinline__ IntraTile intra_tile(const PrefillArgs& a, int64_t t)
           tok0 < eos ? int(eos - tok0 < kC ? eos - tok0 : kC) : 0};
 }
 
-// The streamed intra kernel (launch.cu Plan::streamed): a persistent grid of kStreamedCtasPerSm
+// The streamed intra kernel (launch.cu Plan::streamed): a persistent grid of kIntraCtasPerSm
 // CTAs per SM, started before the scan, whose CTAs take tiles in time order (intra_tile) from a
 // counter in the workspace and count each chunk in its ready counter after its record (the scan's
 // prepare waits on the counters instead of on this grid: wait_ready). A CTA claims its next tile
@@ -167,10 +166,10 @@ __device__ __forceinline__ IntraTile intra_tile(const PrefillArgs& a, int64_t t)
 // stops only while some keeper is running (the keepers count themselves before they claim), so
 // every tile is claimed and completed without waiting on the scan: no deadlock whatever the
 // placement.
-__global__ void __launch_bounds__(kPrepThreads, kStreamedCtasPerSm)
+__global__ void __launch_bounds__(kPrepThreads, kIntraCtasPerSm)
     intra_streamed_kernel(const __grid_constant__ PrefillArgs a) {
   extern __shared__ __align__(128) unsigned char smem_bytes[];
-  auto& sm = *reinterpret_cast<IntraStreamPlan*>(smem_bytes);
+  auto& sm = *reinterpret_cast<IntraPlan*>(smem_bytes);
   device::griddep_launch_dependents();  // the scan grid starts once every CTA here has started
   StreamQueue& queue = *a.queue;
   // The CTA's bookkeeping (claims, loads, counters) by lane 0 of the last warp: warp 0 owns the

@@ -259,9 +259,10 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
   // 6 CTAs per SM since session 14, not refitted: it only weighs plans against each other; 1.06
   // before: H96 T8192 0.396 ms, Nsight Compute) runs before the scan on all SMs, or streamed
   // (~0.88 SM-us per tile since session 16, from the retire sweep below; 0.95 at 5 CTAs per SM;
-  // 1.11 before session 13: 0.414 ms alone): on all SMs for t1, then beside the scan on the sms - jobs SMs it leaves free
-  // ("keepers"), t1 long enough for the scan never to wait (its start: 4 chunks ahead; its end:
-  // all tiles made by then, at the keepers' rate); the scan beside it ~2.5 % slower (its ready
+  // 1.11 before session 13: 0.414 ms alone): on all SMs for t1, then beside the scan on the
+  // sms - jobs SMs it leaves free ("keepers"), t1 long enough for the scan never to wait (its
+  // start: 4 chunks ahead; its end: all tiles made by then, at the keepers' rate); the scan
+  // beside it ~2.5 % slower (its ready
   // checks, the shared memory system). Measured (session 10): H96 T8192 0.983 ms at the retire
   // point this gives (estimate 0.987), 1.003 / 1.026 ms at +5 / +10 % of the tiles; H64 T8192
   // streamed at vsplit 1 0.781 ms against 0.766 for the two kernels at vsplit 2 (estimates
@@ -522,15 +523,15 @@ void prefill(const ForwardParams& p) {
   }
   if (plan.streamed) {
     // Ready counters and queue zeroed, then the persistent intra grid, then the scan beside it.
-    constexpr size_t intra_smem = sizeof(prefill_cuda::IntraStreamPlan);
+    constexpr size_t intra_smem = sizeof(prefill_cuda::IntraPlan);
     FASTKDA_CUDA_CHECK(cudaMemsetAsync(a.ready, 0, stream_ws_bytes(p, plan), stream));
     FASTKDA_CUDA_CHECK(cudaFuncSetAttribute(prefill_cuda::intra_streamed_kernel,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             int(intra_smem)));
-    prefill_cuda::intra_streamed_kernel<<<unsigned(plan.sms * prefill_cuda::kStreamedCtasPerSm),
+    prefill_cuda::intra_streamed_kernel<<<unsigned(plan.sms * prefill_cuda::kIntraCtasPerSm),
                                           prefill_cuda::kPrepThreads, intra_smem, stream>>>(a);
   } else {
-    constexpr size_t intra_smem = sizeof(prefill_cuda::IntraGridPlan);
+    constexpr size_t intra_smem = sizeof(prefill_cuda::IntraPlan);
     FASTKDA_CUDA_CHECK(cudaFuncSetAttribute(
         prefill_cuda::intra_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(intra_smem)));
     prefill_cuda::intra_kernel<<<dim3(unsigned(slots), unsigned(p.HV)), prefill_cuda::kPrepThreads,
