@@ -126,7 +126,6 @@ constexpr float kMaxAnchorSpan = 100.0f;
 // Leading dimensions (floats), chosen for conflict-free fragment loads:
 //  - scalar fragment loads (row g, col t) need ld = 4 (mod 32): banks 4g + t;
 //  - float2 fragment loads (row g, cols 2t, 2t+1) need ld = 8 (mod 32) within a half warp.
-constexpr int kLdPrep = kK + 4;     // kt (or G), qt, kd, ko: [kC][kLdPrep]
 constexpr int kLdScan = kK + 8;     // w, qs: [kC][kLdScan]
 constexpr int kLdVt = kC / 2 + 4;   // wgmma stage v^T rows (u32): the prepare's 16-byte stores
                                     // (rows 48 bytes apart) and the scan's A loads (banks 12g + t)
@@ -138,8 +137,7 @@ constexpr int kLdTb = kC + 8;       // wgmma stage Tb rows, one scan warpgroup: 
                                     // per half-warp)
 constexpr int kLdKe2 = kC / 2;      // ke_hi / ke_lo, u32 token pairs [kK][kLdKe2], swizzled:
 constexpr int kLdOut = 16 + 8;      // output staging, bf16 [kC][kLdOut] per scan warp (16-B rows)
-static_assert(kLdPrep % 32 == 4 && kLdScan % 32 == 8 && kLdTok % 32 == 24 && kLdN % 4 == 0 &&
-                  kLdKe2 == 8,
+static_assert(kLdScan % 32 == 8 && kLdTok % 32 == 24 && kLdN % 4 == 0 && kLdKe2 == 8,
               "fragment-load bank layout");
 // Column of token pair c (tokens 2c, 2c + 1) of key row `key` in ke_hi / ke_lo. Pairs c and c + 4
 // (the two B registers of the scan's m16n8k16 state update) sit side by side, so the scan loads
@@ -166,34 +164,26 @@ static_assert(tb_col(0, 0) == 0 && tb_col(4, 0) == 1 && tb_col(0, 1) == 2 && tb_
 // ---- intra kernel (one CTA of kPrepThreads per chunk and value head) --------------------------
 
 // Where column `c` of row `row` of the intra kernel's f32 operand arrays (kt or G, qt, kd, ko)
-// lives. Two layouts, one per kernel:
-//  - padded rows (kLdPrep = 4 mod 32), the streamed kernel's (at 96 registers and 5 CTAs per SM;
-//    the swizzled layout spilled there, session 13, and at 6 CTAs per SM, session 14);
-//  - unpadded rows with the column XOR-swizzled by row, the grid kernel's: the products' scalar
-//    fragment loads (rows g, g + 8, column 8 ks + t) still hit 32 different banks, column pairs
-//    (2c, 2c + 1) stay adjacent for the 8-byte stores, and the products' results go over qt
-//    (IntraOperands<true>): 36.5 KiB, 6 CTAs per SM at 80 registers.
-template <bool kSwizzled>
+// lives: unpadded rows with the column XOR-swizzled by row, so that the products' scalar fragment
+// loads (rows g, g + 8, column 8 ks + t) still hit 32 different banks, column pairs (2c, 2c + 1)
+// stay adjacent for the 8-byte stores, and the products' results can go over qt (IntraOperands):
+// 36.5 KiB, 6 CTAs per SM at 80 registers (padded rows, 4 mod 32, took 41 KiB: 5 CTAs per SM).
 struct IntraLayout {
-  static constexpr int kLd = kSwizzled ? kK : kLdPrep;
-  __host__ __device__ static constexpr int col(int row, int c) {
-    return kSwizzled ? c ^ ((row & 7) << 2) : c;
-  }
+  static constexpr int kLd = kK;
+  __host__ __device__ static constexpr int col(int row, int c) { return c ^ ((row & 7) << 2); }
 };
-static_assert(IntraLayout<true>::col(9, 5) == 1 && IntraLayout<true>::col(3, 2 * 7 + 1) == 3 &&
-                  IntraLayout<false>::col(9, 5) == 5,
-              "intra operand layouts");
+static_assert(IntraLayout::col(9, 5) == 1 && IntraLayout::col(3, 2 * 7 + 1) == 3,
+              "intra operand layout");
 
 // Raw q, k, g of one chunk (rows past the sequence end zero-filled). After the gate pass the gate
 // rows are dead and the same bytes hold the column operand kd.
-template <bool kSwizzled>
 struct RawQKG {
   uint16_t q[kC][kK];  // bf16
   uint16_t k[kC][kK];  // bf16
   union {
     float g[kC][kK];  // f32 gate; a bf16 gate uses the first half as uint16_t [kC][kK]
-    float kd[kC][IntraLayout<kSwizzled>::kLd];  // column operand, diagonal blocks:
-                                                // k^ . 2^min(anchor - G, span)
+    float kd[kC][IntraLayout::kLd];  // column operand, diagonal blocks:
+                                     // k^ . 2^min(anchor - G, span)
   };
 };
 
@@ -207,26 +197,16 @@ struct IntraResults {
 // after the products, in the exact-rows path only, the cumulative log2 decay G itself (no buffer
 // of its own). qt: row operand of A_qk, scale q^ . 2^(G - anchor). ko: column operand of the block
 // (rows 8..15, cols 0..7), k^ . 2^(G_7 - G).
-template <bool kSwizzled>
-struct IntraOperands {
-  static constexpr int kLd = IntraLayout<kSwizzled>::kLd;
-  float kt[kC][kLd];
-  float qt[kC][kLd];
-  float ko[kHalf][kLd];
-  IntraResults res;
-};
-template <>
-struct IntraOperands<true> {  // the results over qt (a barrier after the products' reads)
-  float kt[kC][kK];
+struct IntraOperands {  // the results over qt (a barrier after the products' reads)
+  float kt[kC][IntraLayout::kLd];
   union {
-    float qt[kC][kK];
+    float qt[kC][IntraLayout::kLd];
     IntraResults res;
   };
-  float ko[kHalf][kK];
+  float ko[kHalf][IntraLayout::kLd];
 };
 
-template <bool kSwizzled>
-struct PrepPrivate : IntraOperands<kSwizzled> {
+struct PrepPrivate : IntraOperands {
   alignas(16) float rq[kC];  // scale / ||q|| per row (scale without l2norm); 16-byte loads
   alignas(16) float rk[kC];  // 1 / ||k|| per row (1 without l2norm)
   float beta[kC];            // activated beta (0 past the sequence end)
@@ -242,23 +222,19 @@ struct IntraTile {
 // acquire load: ~0.1 us on its path) once per block, not per chunk.
 constexpr int kReadyChunks = 8;
 
-// Shared memory of an intra CTA: kSwizzled for the grid kernel, padded for the streamed one.
-template <bool kSwizzled>
+// Shared memory of an intra CTA (the grid kernel and the streamed one).
 struct IntraPlan {
-  static constexpr bool kSwz = kSwizzled;
-  RawQKG<kSwizzled> raw;  // TMA destination: 128-byte aligned rows (q at 0, k at 4 KiB, g at 8 KiB)
-  PrepPrivate<kSwizzled> pp;
+  RawQKG raw;  // TMA destination: 128-byte aligned rows (q at 0, k at 4 KiB, g at 8 KiB)
+  PrepPrivate pp;
   uint64_t full;  // mbarrier: the q, k, g loads landed
   IntraTile tile[2];  // streamed intra kernel: this and the next tile, by parity
+  int64_t next;       // streamed intra kernel: the tile claimed during the current one
 };
-using IntraGridPlan = IntraPlan<true>;
-using IntraStreamPlan = IntraPlan<false>;
-// CTAs per SM: the grid kernel 6 (80 registers), the streamed one 5 (~96 registers).
-constexpr int kIntraCtasPerSm = 6, kStreamedCtasPerSm = 5;
-static_assert((sizeof(IntraGridPlan) + 1024) * kIntraCtasPerSm <= 228 * 1024,
-              "intra kernel: 6 CTAs per SM");
-static_assert((sizeof(IntraStreamPlan) + 1024) * kStreamedCtasPerSm <= 228 * 1024,
-              "streamed intra kernel: 5 CTAs per SM");
+// CTAs per SM of both intra kernels (80 registers; the streamed one since session 16, its
+// bookkeeping in shared memory: in registers it spilled).
+constexpr int kIntraCtasPerSm = 6;
+static_assert((sizeof(IntraPlan) + 1024) * kIntraCtasPerSm <= 228 * 1024,
+              "intra kernels: 6 CTAs per SM");
 
 // ---- scan kernel ------------------------------------------------------------------------------
 
@@ -457,9 +433,9 @@ static_assert(sizeof(RawStage<128>) % 16 == 0 && sizeof(ScanStage<128>) % 16 == 
                   sizeof(RawStage<32>) % 16 == 0 && sizeof(ScanStage<32>) % 16 == 0 &&
                   sizeof(RawStage<64>) % 16 == 0 && sizeof(ScanStage<64>) % 16 == 0 &&
                   sizeof(WgScanStage<64>) % 128 == 0 && sizeof(WgScanStage<128>) % 128 == 0 &&
-                  offsetof(WgScanStage<128>, qs) == offsetof(WgScanStage<128>, w) + 2 * kWgSboKeys &&
-                  sizeof(RawQKG<true>) % 16 == 0 && sizeof(RawQKG<false>) % 16 == 0 &&
-                  sizeof(PrepPrivate<true>) % 16 == 0 && sizeof(PrepPrivate<false>) % 16 == 0,
+                  offsetof(WgScanStage<128>, qs) ==
+                      offsetof(WgScanStage<128>, w) + 2 * kWgSboKeys &&
+                  sizeof(RawQKG) % 16 == 0 && sizeof(PrepPrivate) % 16 == 0,
               "16-byte aligned stages");
 static_assert(offsetof(RawStage<128>, rk) == offsetof(RawStage<128>, tb) + (kWsFloats - kC) * 4 &&
                   offsetof(RawStage<32>, q) == offsetof(RawStage<32>, tb) + kWsBytes,

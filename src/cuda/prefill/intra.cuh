@@ -32,10 +32,9 @@ static_assert(bounded_spans_fit(), "bounded gate: an 8-row block stays inside th
 // qt (rows; the row factor 2^(G - anchor) = 2^L), kd (2^(anchor - G) = 2^-L, over the gate rows:
 // every thread has read them, a barrier since) and, for the first block, ko (2^(G_7 - G) =
 // 2^(L_7 - L)); pairs of columns per 8-byte store. kBounded: a.gate is Gate::kBounded.
-template <bool kBounded, int kBlock, bool kSwz>
-__device__ __forceinline__ void anchored_block(PrepPrivate<kSwz>& pp, RawQKG<kSwz>& r, int col,
+template <bool kBounded, int kBlock>
+__device__ __forceinline__ void anchored_block(PrepPrivate& pp, RawQKG& r, int col,
                                                const float (&L)[2][kHalf]) {
-  using Layout = IntraLayout<kSwz>;
   using device::ex2_approx;
   constexpr bool kFirst = kBlock == 0;
   constexpr int kRow0 = kBlock * kHalf;
@@ -68,15 +67,15 @@ __device__ __forceinline__ void anchored_block(PrepPrivate<kSwz>& pp, RawQKG<kSw
         if constexpr (kFirst) ko[c] = kn[c] * ex2_approx(L[c][kHalf - 1] - L[c][j]);
       }
     }
-    const int sc = Layout::col(row, col);  // rows j and 8 + j: the same swizzle
+    const int sc = IntraLayout::col(row, col);  // rows j and 8 + j: the same swizzle
     *reinterpret_cast<float2*>(&pp.kt[row][sc]) = make_float2(kt[0], kt[1]);
     *reinterpret_cast<float2*>(&pp.qt[row][sc]) = make_float2(qt[0], qt[1]);
     *reinterpret_cast<float2*>(&r.kd[row][sc]) = make_float2(kd[0], kd[1]);
     if constexpr (kFirst) *reinterpret_cast<float2*>(&pp.ko[j][sc]) = make_float2(ko[0], ko[1]);
   }
 }
-template <bool kBounded, bool kSwz>
-__device__ __forceinline__ void anchored_operands(PrepPrivate<kSwz>& pp, RawQKG<kSwz>& r, int i,
+template <bool kBounded>
+__device__ __forceinline__ void anchored_operands(PrepPrivate& pp, RawQKG& r, int i,
                                                   const float (&L)[2][kHalf]) {
   const IntraCols tc(i);
   if (tc.h == 0)  // warps 0-1
@@ -90,21 +89,20 @@ __device__ __forceinline__ void anchored_operands(PrepPrivate<kSwz>& pp, RawQKG<
 // ko (off-diagonal block, rows 8..15). The column tile is a template parameter (intra_products
 // below dispatches on it once): as a run-time condition around the second MMA, ptxas predicated
 // it and put a WARPSYNC beside every MMA of the loop (~124 per CTA, Nsight Compute session 9).
-template <int nt, bool kSwz>
-__device__ __forceinline__ void intra_products_tile(PrepPrivate<kSwz>& sm,
-                                                    const float (&kd)[kC][IntraLayout<kSwz>::kLd],
+template <int nt>
+__device__ __forceinline__ void intra_products_tile(PrepPrivate& sm,
+                                                    const float (&kd)[kC][IntraLayout::kLd],
                                                     int i) {
-  using Layout = IntraLayout<kSwz>;
   const int lane = i & 31, warp = i >> 5;
   const int g = lane >> 2, t = lane & 3;
   const bool is_qk = warp >= 2;
-  const float(*X)[Layout::kLd] = is_qk ? sm.qt : sm.kt;
+  const float(*X)[IntraLayout::kLd] = is_qk ? sm.qt : sm.kt;
   float acc0[2][4] = {}, acc1[2][4] = {};  // [even/odd k-step][fragment]: diag, off-diag
   int cols[4], cols4[4];
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
-    cols[q] = Layout::col(g, 8 * q + t);
-    cols4[q] = Layout::col(g, 8 * q + t + 4);
+    cols[q] = IntraLayout::col(g, 8 * q + t);
+    cols4[q] = IntraLayout::col(g, 8 * q + t + 4);
   }
 #pragma unroll
   for (int ks = 0; ks < kK / 8; ++ks) {
@@ -121,7 +119,7 @@ __device__ __forceinline__ void intra_products_tile(PrepPrivate<kSwz>& sm,
       device::mma_m16n8k8_tf32(acc1[ks & 1], af, __float_as_uint(bo[c]), __float_as_uint(bo[c4]));
     }
   }
-  if constexpr (kSwz) __syncthreads();  // every warp is done with qt: the results go over it
+  __syncthreads();  // every warp is done with qt: the results go over it
   // Row g takes the diagonal-block result; row g + 8 the off-diagonal one in tile 0.
   float val[4];
 #pragma unroll
@@ -138,10 +136,8 @@ __device__ __forceinline__ void intra_products_tile(PrepPrivate<kSwz>& sm,
       sm.res.nmat[row][col] = col < row ? sm.beta[row] * val[f] : 0.0f;
   }
 }
-template <bool kSwz>
-__device__ __forceinline__ void intra_products(PrepPrivate<kSwz>& sm,
-                                               const float (&kd)[kC][IntraLayout<kSwz>::kLd],
-                                               int i) {
+__device__ __forceinline__ void intra_products(PrepPrivate& sm,
+                                               const float (&kd)[kC][IntraLayout::kLd], int i) {
   if ((i >> 5) & 1)
     intra_products_tile<1>(sm, kd, i);
   else
@@ -150,8 +146,7 @@ __device__ __forceinline__ void intra_products(PrepPrivate<kSwz>& sm,
 
 // True when row `row` of the chunk needs the exact pairwise form (span > kMaxAnchorSpan).
 // The two warps of row's block (IntraCols) hold its spans.
-template <bool kSwz>
-__device__ __forceinline__ bool row_needs_exact(const PrepPrivate<kSwz>& sm, int row) {
+__device__ __forceinline__ bool row_needs_exact(const PrepPrivate& sm, int row) {
   const int w = 2 * (row / kHalf);
   return max(sm.span[w][row], sm.span[w + 1][row]) > __float_as_uint(kMaxAnchorSpan);
 }
@@ -160,11 +155,8 @@ __device__ __forceinline__ bool row_needs_exact(const PrepPrivate<kSwz>& sm, int
 // s in the row's 8-row block and s <= row, dealt round-robin to the 4 warps; lanes split the key
 // columns; fixed-order warp reduction (bitwise reproducible). G: the cumulative log2 decays of
 // every column (the caller writes them over kt, dead after the products).
-template <bool kSwz>
-__device__ __forceinline__ void exact_rows(const PrefillArgs& a, PrepPrivate<kSwz>& sm,
-                                           const RawQKG<kSwz>& r,
-                                           const float (&G)[kC][IntraLayout<kSwz>::kLd], int i) {
-  using Layout = IntraLayout<kSwz>;
+__device__ __forceinline__ void exact_rows(const PrefillArgs& a, PrepPrivate& sm, const RawQKG& r,
+                                           const float (&G)[kC][IntraLayout::kLd], int i) {
   const int lane = i & 31, warp = i >> 5;
   int pair = 0;
   for (int row = 0; row < kC; ++row) {
@@ -176,7 +168,7 @@ __device__ __forceinline__ void exact_rows(const PrefillArgs& a, PrepPrivate<kSw
       for (int j = 0; j < kK / 32; ++j) {
         const int col = lane + 32 * j;
         const float f =
-            device::ex2_approx(G[row][Layout::col(row, col)] - G[s][Layout::col(s, col)]);
+            device::ex2_approx(G[row][IntraLayout::col(row, col)] - G[s][IntraLayout::col(s, col)]);
         const float ks = bf16_bits_to_f32(r.k[s][col]) * sm.rk[s] * f;
         sk += bf16_bits_to_f32(r.k[row][col]) * sm.rk[row] * ks;
         sq += bf16_bits_to_f32(r.q[row][col]) * sm.rq[row] * ks;
@@ -197,9 +189,7 @@ __device__ __forceinline__ void exact_rows(const PrefillArgs& a, PrepPrivate<kSw
 // Thread j < kC: column j of Tb = (I + N)^-1 diag(beta) by f32 forward substitution (no Neumann
 // series: exact for near-collinear keys), stored row-major to tb_out [kC][kC]. Row r uses rows
 // <= r of N only (causal); entries above the diagonal are exact zeros.
-template <bool kSwz>
-__device__ __forceinline__ void invert_unit_lower(const PrepPrivate<kSwz>& pp, int j,
-                                                  float* tb_out) {
+__device__ __forceinline__ void invert_unit_lower(const PrepPrivate& pp, int j, float* tb_out) {
   float x[kC];
 #pragma unroll
   for (int row = 0; row < kC; ++row) {

@@ -5,7 +5,7 @@
 // Grid: (chunk slot, value head); slot s belongs to the sequence n with slot_base(n) <= s <
 // slot_base(n + 1) (binary search over cu_seqlens; slots past a sequence's last chunk exit).
 // One CTA of 4 warps (kPrepThreads) per chunk, kIntraCtasPerSm CTAs per SM; shared memory
-// IntraGridPlan (config.h). Reads q, k, g (TMA), beta of the chunk; writes Tb, A_qk and the row
+// IntraPlan (config.h). Reads q, k, g (TMA), beta of the chunk; writes Tb, A_qk and the row
 // norms (2176 B) to the workspace at chunk_ws(slot, hv), read by prefill_kernel's prepare warps.
 #pragma once
 
@@ -15,20 +15,22 @@ namespace fastkda::prefill_cuda {
 
 // Thread 0: the TMA loads of q, k, g of the chunk at tok0 of value head hv into sm.raw (the scan's
 // tensor maps: launch.cu make_load_maps), completing on sm.full.
-template <class Plan>
-__device__ __forceinline__ void issue_qkg(const PrefillArgs& a, Plan& sm, int64_t tok0, int hv) {
+__device__ __forceinline__ void issue_qkg(const PrefillArgs& a, IntraPlan& sm, int64_t tok0,
+                                          int hv) {
   device::mbarrier_arrive_expect_tx(&sm.full, qkg_bytes(a));
   load_qkg(a, sm.raw, int(tok0), hv / a.group, hv, &sm.full);
 }
 
-// One chunk (tok0 .. tok0 + nvalid of value head hv, workspace slot `slot`) by the CTA's 4 warps,
-// its loads issued on sm.full (next completion: parity `parity`): the products and the record.
+// One chunk (tok0 .. tok0 + nvalid of value head hv) by the CTA's 4 warps, its loads issued on
+// sm.full (next completion: parity `parity`): the products and the record at record() (asked for
+// at the end: the streamed kernel reads its slot from shared memory then, not from registers held
+// over the chunk).
 // landed() runs on every thread after the loads landed (a barrier since), raw_free() once no
 // thread reads sm.raw any more (kRefill: each has also fenced its accesses for the async proxy,
 // so that the next chunk may be loaded there by TMA). Ends without a barrier after the record's
 // stores. kBounded: a.gate is Gate::kBounded (no spans, clamps or exact rows: bounded_spans_fit).
-template <bool kRefill, bool kBounded, class Plan, class Landed, class RawFree>
-__device__ __forceinline__ void intra_chunk(const PrefillArgs& a, Plan& sm, int64_t slot,
+template <bool kRefill, bool kBounded, class Record, class Landed, class RawFree>
+__device__ __forceinline__ void intra_chunk(const PrefillArgs& a, IntraPlan& sm, Record&& record,
                                             int hv, int64_t tok0, int nvalid, uint32_t parity,
                                             Landed&& landed, RawFree&& raw_free) {
   const int i = threadIdx.x;
@@ -57,20 +59,20 @@ __device__ __forceinline__ void intra_chunk(const PrefillArgs& a, Plan& sm, int6
     __syncthreads();
   } else if (__syncthreads_or(i < kC && row_needs_exact(sm.pp, i))) {
     auto& G = sm.pp.kt;  // the products are done with kt
-    using Layout = IntraLayout<Plan::kSwz>;  // G[row][Layout::col(row, c)]: rows j, 8 + j alike
-    const int sc7 = Layout::col(kHalf - 1, tc.col);
+    const int sc7 = IntraLayout::col(kHalf - 1, tc.col);
     // G = L in the first block; the second block adds G_7 of its columns, once it is stored.
     if (tc.h == 0) {
 #pragma unroll
       for (int j = 0; j < kHalf; ++j)
-        *reinterpret_cast<float2*>(&G[j][Layout::col(j, tc.col)]) = make_float2(L[0][j], L[1][j]);
+        *reinterpret_cast<float2*>(&G[j][IntraLayout::col(j, tc.col)]) =
+            make_float2(L[0][j], L[1][j]);
     }
     __syncthreads();
     if (tc.h == 1) {
       const float2 g7 = *reinterpret_cast<const float2*>(&G[kHalf - 1][sc7]);
 #pragma unroll
       for (int j = 0; j < kHalf; ++j)
-        *reinterpret_cast<float2*>(&G[kHalf + j][Layout::col(j, tc.col)]) =
+        *reinterpret_cast<float2*>(&G[kHalf + j][IntraLayout::col(j, tc.col)]) =
             make_float2(g7.x + L[0][j], g7.y + L[1][j]);
     }
     __syncthreads();
@@ -80,7 +82,7 @@ __device__ __forceinline__ void intra_chunk(const PrefillArgs& a, Plan& sm, int6
   }
   raw_free();
 
-  float* ws = chunk_ws(a, slot, hv);  // [Tb kC x kC][A_qk kC x kC][rq kC][rk kC]
+  float* ws = record();  // [Tb kC x kC][A_qk kC x kC][rq kC][rk kC]
   if (i < kC) {
     invert_unit_lower(sm.pp, i, ws);
     ws[2 * kC * kC + i] = sm.pp.rq[i];
@@ -95,8 +97,7 @@ __device__ __forceinline__ void intra_chunk(const PrefillArgs& a, Plan& sm, int6
   }
 }
 
-template <class Plan>
-__device__ __forceinline__ void init_full_barrier(Plan& sm) {
+__device__ __forceinline__ void init_full_barrier(IntraPlan& sm) {
   device::mbarrier_init(&sm.full, 1);
   device::fence_mbarrier_init();
 }
@@ -104,7 +105,7 @@ __device__ __forceinline__ void init_full_barrier(Plan& sm) {
 __global__ void __launch_bounds__(kPrepThreads, kIntraCtasPerSm)
     intra_kernel(const __grid_constant__ PrefillArgs a) {
   extern __shared__ __align__(128) unsigned char smem_bytes[];
-  auto& sm = *reinterpret_cast<IntraGridPlan*>(smem_bytes);
+  auto& sm = *reinterpret_cast<IntraPlan*>(smem_bytes);
   const int64_t slot = blockIdx.x;
   const int hv = blockIdx.y;
   // The scan kernel may start on SMs this grid no longer fills (its CTAs set up, then wait for
@@ -131,9 +132,11 @@ __global__ void __launch_bounds__(kPrepThreads, kIntraCtasPerSm)
   }
   __syncthreads();  // the mbarrier is initialised before anyone waits on it
   if (a.gate == Gate::kBounded)
-    intra_chunk<false, true>(a, sm, slot, hv, tok0, nvalid, 0, [] {}, [] {});
+    intra_chunk<false, true>(a, sm, [&] { return chunk_ws(a, slot, hv); }, hv, tok0, nvalid, 0,
+                             [] {}, [] {});
   else
-    intra_chunk<false, false>(a, sm, slot, hv, tok0, nvalid, 0, [] {}, [] {});
+    intra_chunk<false, false>(a, sm, [&] { return chunk_ws(a, slot, hv); }, hv, tok0, nvalid, 0,
+                              [] {}, [] {});
 }
 
 // Tile t of the streamed intra kernel: chunk t / (N HV) of sequence (t / HV) % N, value head
@@ -152,7 +155,7 @@ __device__ __forceinline__ IntraTile intra_tile(const PrefillArgs& a, int64_t t)
           tok0 < eos ? int(eos - tok0 < kC ? eos - tok0 : kC) : 0};
 }
 
-// The streamed intra kernel (launch.cu Plan::streamed): a persistent grid of kStreamedCtasPerSm
+// The streamed intra kernel (launch.cu Plan::streamed): a persistent grid of kIntraCtasPerSm
 // CTAs per SM, started before the scan, whose CTAs take tiles in time order (intra_tile) from a
 // counter in the workspace and count each chunk in its ready counter after its record (the scan's
 // prepare waits on the counters instead of on this grid: wait_ready). A CTA claims its next tile
@@ -163,10 +166,10 @@ __device__ __forceinline__ IntraTile intra_tile(const PrefillArgs& a, int64_t t)
 // stops only while some keeper is running (the keepers count themselves before they claim), so
 // every tile is claimed and completed without waiting on the scan: no deadlock whatever the
 // placement.
-__global__ void __launch_bounds__(kPrepThreads, kStreamedCtasPerSm)
+__global__ void __launch_bounds__(kPrepThreads, kIntraCtasPerSm)
     intra_streamed_kernel(const __grid_constant__ PrefillArgs a) {
   extern __shared__ __align__(128) unsigned char smem_bytes[];
-  auto& sm = *reinterpret_cast<IntraStreamPlan*>(smem_bytes);
+  auto& sm = *reinterpret_cast<IntraPlan*>(smem_bytes);
   device::griddep_launch_dependents();  // the scan grid starts once every CTA here has started
   StreamQueue& queue = *a.queue;
   // The CTA's bookkeeping (claims, loads, counters) by lane 0 of the last warp: warp 0 owns the
@@ -195,29 +198,37 @@ __global__ void __launch_bounds__(kPrepThreads, kStreamedCtasPerSm)
   __syncthreads();  // the mbarrier is initialised, sm.tile[0] set
   // A chunk is counted one chunk later (after the next one's loads landed, or at the end):
   // the fence then finds the record's stores done instead of waiting for them on the CTA's path
-  // (at once, it cost ~0.1 ms of H96 T8192's ~0.4 ms of intra work).
-  uint32_t* ready = nullptr;
+  // (at once, it cost ~0.1 ms of H96 T8192's ~0.4 ms of intra work). The CTA's bookkeeping lives
+  // in shared memory (sm.tile, sm.next) rather than in registers held over a chunk: at 6 CTAs per
+  // SM (80 registers) they spilled (session 14). The uncounted chunk is tile k ^ 1 of iteration k
+  // (refill overwrites it only after landed()).
+  bool uncounted = false;
+  int k = 0;  // sm.tile[k]: this tile; `control` sets sm.tile[k ^ 1]
   auto publish = [&] {
-    if (control && ready) device::red_release_add(ready, 1u);
-    ready = nullptr;
+    if (control && uncounted) device::red_release_add(&a.ready[sm.tile[k ^ 1].counter], 1u);
+    uncounted = false;
   };
   uint32_t parity = 0;
-  for (int k = 0;; k ^= 1) {  // sm.tile[k]: this tile; `control` sets sm.tile[k ^ 1]
-    const IntraTile x = sm.tile[k];
-    if (x.nvalid < 0) break;
+  for (;; k ^= 1) {
+    const int nvalid = sm.tile[k].nvalid;
+    if (nvalid < 0) break;
     // Claimed now, started once sm.raw is free: the atomic's latency overlaps the chunk's work.
-    const int64_t next = control ? claim() : -1;
+    if (control) sm.next = claim();
     auto refill = [&] {
-      if (control) start(k ^ 1, next);
+      if (control) start(k ^ 1, sm.next);
     };
-    if (x.nvalid > 0) {
+    if (nvalid > 0) {
+      auto record = [&] { return chunk_ws(a, sm.tile[k].slot, sm.tile[k].hv); };
+      const int hv = sm.tile[k].hv;
+      const int64_t tok0 = sm.tile[k].tok0;
       if (a.gate == Gate::kBounded)
-        intra_chunk<true, true>(a, sm, x.slot, x.hv, x.tok0, x.nvalid, parity, publish, refill);
+        intra_chunk<true, true>(a, sm, record, hv, tok0, nvalid, parity, publish, refill);
       else
-        intra_chunk<true, false>(a, sm, x.slot, x.hv, x.tok0, x.nvalid, parity, publish, refill);
+        intra_chunk<true, false>(a, sm, record, hv, tok0, nvalid, parity, publish, refill);
       parity ^= 1u;
-      ready = &a.ready[x.counter];
+      uncounted = true;
     } else {
+      publish();  // before refill rewrites its tile (no empty tiles in the plans that stream)
       refill();
     }
     __syncthreads();  // every store of the record is issued; sm.tile[k ^ 1] is set

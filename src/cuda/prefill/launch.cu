@@ -258,17 +258,21 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
   // The intra kernel (~0.92 SM-us per chunk and head at 5 CTAs per SM in session 13, ~3 % less at
   // 6 CTAs per SM since session 14, not refitted: it only weighs plans against each other; 1.06
   // before: H96 T8192 0.396 ms, Nsight Compute) runs before the scan on all SMs, or streamed
-  // (~0.95 SM-us per tile since session 13, from the retire sweep below; 1.11 before: 0.414 ms
-  // alone): on all SMs for t1, then beside the scan on the sms - jobs SMs it leaves free
-  // ("keepers"), t1 long enough for the scan never to wait (its start: 4 chunks ahead; its end:
-  // all tiles made by then, at the keepers' rate); the scan beside it ~2.5 % slower (its ready
+  // (~0.88 SM-us per tile since session 16, from the retire sweep below; 0.95 at 5 CTAs per SM;
+  // 1.11 before session 13: 0.414 ms alone): on all SMs for t1, then beside the scan on the
+  // sms - jobs SMs it leaves free ("keepers"), t1 long enough for the scan never to wait (its
+  // start: 4 chunks ahead; its end: all tiles made by then, at the keepers' rate); the scan
+  // beside it ~2.5 % slower (its ready
   // checks, the shared memory system). Measured (session 10): H96 T8192 0.983 ms at the retire
   // point this gives (estimate 0.987), 1.003 / 1.026 ms at +5 / +10 % of the tiles; H64 T8192
   // streamed at vsplit 1 0.781 ms against 0.766 for the two kernels at vsplit 2 (estimates
   // 0.784 / 0.776). Session 13 (cheaper intra kernel; bench/results/2026-11-29_s13_sweep): H96
   // T8192 0.985 ms at the old retire point (49.6 % of the tiles), 1.004 / 0.960 / 0.967 / 0.987
-  // at 35 / 40 / 45 / 50 %; 41 % is the retire point of a 0.95 us tile.
-  constexpr double kIntraTileUs = 0.92, kStreamedTileUs = 0.95, kStreamedScan = 1.025;
+  // at 35 / 40 / 45 / 50 %; 41 % is the retire point of a 0.95 us tile. Session 16 (the streamed
+  // kernel at 6 CTAs per SM, bench/results/2026-11-30_s16_ab1): H96 T8192 0.939 / 0.914 / 0.890 /
+  // 0.895 / 0.900 / 0.913 / 0.927 ms at 34 / 37 / 40 / 42 / 44 / 48 / 52 %; 40 % (39.7) is the
+  // retire point of a 0.88 us tile.
+  constexpr double kIntraTileUs = 0.92, kStreamedTileUs = 0.88, kStreamedScan = 1.025;
   // Tiles of the streamed kernel: every chunk index of the longest sequence for every sequence
   // and head (fixed length, or one sequence: no empty tile).
   const int64_t tiles = longest_chunks(p) * heads;
@@ -519,15 +523,15 @@ void prefill(const ForwardParams& p) {
   }
   if (plan.streamed) {
     // Ready counters and queue zeroed, then the persistent intra grid, then the scan beside it.
-    constexpr size_t intra_smem = sizeof(prefill_cuda::IntraStreamPlan);
+    constexpr size_t intra_smem = sizeof(prefill_cuda::IntraPlan);
     FASTKDA_CUDA_CHECK(cudaMemsetAsync(a.ready, 0, stream_ws_bytes(p, plan), stream));
     FASTKDA_CUDA_CHECK(cudaFuncSetAttribute(prefill_cuda::intra_streamed_kernel,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             int(intra_smem)));
-    prefill_cuda::intra_streamed_kernel<<<unsigned(plan.sms * prefill_cuda::kStreamedCtasPerSm),
+    prefill_cuda::intra_streamed_kernel<<<unsigned(plan.sms * prefill_cuda::kIntraCtasPerSm),
                                           prefill_cuda::kPrepThreads, intra_smem, stream>>>(a);
   } else {
-    constexpr size_t intra_smem = sizeof(prefill_cuda::IntraGridPlan);
+    constexpr size_t intra_smem = sizeof(prefill_cuda::IntraPlan);
     FASTKDA_CUDA_CHECK(cudaFuncSetAttribute(
         prefill_cuda::intra_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(intra_smem)));
     prefill_cuda::intra_kernel<<<dim3(unsigned(slots), unsigned(p.HV)), prefill_cuda::kPrepThreads,
