@@ -17,9 +17,9 @@ constexpr float kMinLogDecay2 = 128.0f;  // per-token log2 decay floor (gate_row
 __device__ __forceinline__ float bf16_bits_to_f32(uint16_t h) {
   return __uint_as_float(uint32_t(h) << 16);
 }
-// A value that only tf32 MMAs read, stored rounded to tf32 (ptx.cuh tf32_rn): A_qk, and the
-// mma.sync stage's -W and qs (kVs = 32). The other operands formed outside the scan warps (kt, qt,
-// kd, ko; the wgmma stage's kw, qs) are truncated instead (kTruncBias below).
+// A value that only tf32 MMAs read, stored rounded to tf32 (ptx.cuh tf32_rn): A_qk. The other
+// operands formed outside the scan warps (kt, qt, kd, ko; kw, qs and -W) are truncated instead
+// (kTruncBias below).
 __device__ __forceinline__ float tf32_operand(float x) { return __uint_as_float(device::tf32_rn(x)); }
 
 // Truncated tf32 operands. A tensor-core tf32 operand given as raw f32 bits is truncated (its low
@@ -27,9 +27,9 @@ __device__ __forceinline__ float tf32_operand(float x) { return __uint_as_float(
 // average (mantissas m log-uniform on [1, 2)). An operand formed with a factor 1 + kTruncBias
 // and left unrounded has the rounding's error size without the rounding's instruction
 // (bench/precision_chunk.py, "kw / qs truncated, scaled": state 1.95e-4 / out 1.70e-3 against
-// 1.89e-4 / 1.70e-3 rounded). Formed this way: the wgmma scan's kw and qs (the prepare's
-// cumulative decay starts at kTruncBiasLog2, gate_cumsum, so 2^G carries the factor, G_C - G does
-// not) and the intra kernel's kt, qt, kd, ko (through the row norms, anchored_block). GPU tests
+// 1.89e-4 / 1.70e-3 rounded). Formed this way: the scan's kw and qs and so -W = -Tb kw (the
+// prepare's cumulative decay starts at kTruncBiasLog2, gate_cumsum, so 2^G carries the factor,
+// G_C - G does not) and the intra kernel's kt, qt, kd, ko (through the row norms, anchored_block). GPU tests
 // check that the tensor cores truncate (PtxGpu, WgmmaGpu). (The scan's register operands S^T and
 // V_new^T gain nothing from it: a wgmma / mma.sync A
 // operand needs the accumulator's registers in another order, one move each instead of the

@@ -164,7 +164,7 @@ __device__ __forceinline__ void prepare_job(const PrefillArgs& a, SharedPlan<kVs
     if (nvalid_of(c) < kC) zero_tail(a, raw, nvalid_of(c), i);  // the last chunk of a sequence
 
     float Gr[kC];  // per thread (column): its own column of g
-    gate_cumsum(a, raw, nvalid_of(c), bias, A, i, kG0<kVs>, Gr);
+    gate_cumsum(a, raw, nvalid_of(c), bias, A, i, kG0, Gr);
     // The group meets before waiting for the scan: the zeros of zero_tail are visible to the
     // group's products, and compute-sanitizer racecheck sees the scan's reads of stage p ordered
     // before these writes (with the Empty wait alone it reports hazards on every stage write).

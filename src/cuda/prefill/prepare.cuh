@@ -170,18 +170,16 @@ __device__ __forceinline__ void tb_products(const RawStage<kVs>& r, ScanStage<kV
 #pragma unroll
   for (int nt = 0; nt < kTilesW; ++nt) {
     const int col = 32 * warp + 8 * nt + 2 * t;
-    *reinterpret_cast<float2*>(&sb.w[g][col]) =
-        make_float2(tf32_operand(-w[nt][0]), tf32_operand(-w[nt][1]));
-    *reinterpret_cast<float2*>(&sb.w[g + 8][col]) =
-        make_float2(tf32_operand(-w[nt][2]), tf32_operand(-w[nt][3]));
+    // -W carries kw's factor 1 + kTruncBias: a truncated tf32 operand (common.cuh)
+    *reinterpret_cast<float2*>(&sb.w[g][col]) = make_float2(-w[nt][0], -w[nt][1]);
+    *reinterpret_cast<float2*>(&sb.w[g + 8][col]) = make_float2(-w[nt][2], -w[nt][3]);
   }
   if (with_u) tb_u_products(r, sb, warp, ah, al);
 }
 
-// Where the prepare's cumulative decay G starts (gate_cumsum): the wgmma stage's kw and qs are
-// truncated tf32 operands that carry 1 + kTruncBias (common.cuh); the mma.sync stage rounds them.
-template <int kVs>
-constexpr float kG0 = uses_wgmma<kVs>() ? kTruncBiasLog2 : 0.0f;
+// Where the prepare's cumulative decay G starts (gate_cumsum): kw and qs (and so W = Tb kw) are
+// truncated tf32 operands that carry 1 + kTruncBias (common.cuh).
+constexpr float kG0 = kTruncBiasLog2;
 
 // Thread i (key column i): qs, ke, decay, kw = k^ . 2^G (into sb.w) and A_qk entries i, i + 128;
 // then its warp forms -W and U with tensor cores (tb_products; the wgmma stage: copies of Tb and
@@ -200,17 +198,17 @@ __device__ __forceinline__ void scan_operands(const PrefillArgs& a, const RawSta
   for (int row = 0; row < kC; ++row) {
     const float kn = bf16_bits_to_f32(r.k[row][i]) * rk(row);
     const float qn = bf16_bits_to_f32(r.q[row][i]) * rq(row);  // rq includes the scale
-    const float e0 = ex2_approx(Gr[row]);  // 2^G <= 1 (wgmma stage: <= 1 + kTruncBias)
+    const float e0 = ex2_approx(Gr[row]);  // 2^G <= 1 + kTruncBias
     if constexpr (kWg)  // kw as the scan's tf32 operand (it forms S^T kw^T), truncated
       *reinterpret_cast<float*>(sb.w + wg_tf32_offset(row, i, kWgSboKeys, kWgLboKeys)) = kn * e0;
     else
       sb.w[row][i] = kn * e0;  // kw, f32; tb_products turns it into -W
-    if (outputs) {
-      if constexpr (kWg)  // truncated, as kw
+    if (outputs) {  // truncated, as kw
+      if constexpr (kWg)
         *reinterpret_cast<float*>(sb.qs + wg_tf32_offset(row, i, kWgSboKeys, kWgLboKeys)) =
             qn * e0;
       else
-        sb.qs[row][i] = tf32_operand(qn * e0);
+        sb.qs[row][i] = qn * e0;
     }
     ke[row] = kn * ex2_approx(g15 - Gr[row]);
   }
@@ -235,7 +233,7 @@ __device__ __forceinline__ void scan_operands(const PrefillArgs& a, const RawSta
           make_uint4(ke_lo[q], ke_lo[q + 4], ke_lo[q + 1], ke_lo[q + 5]);
     }
   }
-  sb.decay[i] = ex2_approx(g15 - kG0<kVs>);  // 2^G_C without the operands' factor
+  sb.decay[i] = ex2_approx(g15 - kG0);  // 2^G_C without the operands' factor
   if (outputs) {
 #pragma unroll
     for (int e = i; e < kC * kC; e += kPrepThreads) {
