@@ -14,23 +14,36 @@
 
 namespace fastkda::prefill_cuda {
 
-// Thread 0 of a prepare group: the TMA loads of chunk inputs into r, completing on `mbar`: boxes
-// of the kC token rows from tok0 of q, k (head h), g (value head hv) and this CTA's v columns
-// (v0..), and the workspace record (Tb, A_qk, row norms) as one bulk copy. Rows past the sequence
-// end are loaded too (zeroed by zero_tail after the wait); rows past the tensor read as zeros.
+// Lane 0 of warp `warp` of a prepare group: its share of the TMA loads of chunk inputs into r,
+// completing on `mbar`: boxes of the kC token rows from tok0 of q, k (head h), g (value head hv)
+// and this CTA's v columns (v0..), and the workspace record (Tb, A_qk, row norms) as one bulk
+// copy. Warp 0 arrives with the transaction count and copies the record, warps 1, 2, 3 load q,
+// k, and g and v: spread over the group's warps, so that no warp reaches the group's next barrier
+// ~60 instructions behind the others (a complete-tx before the expect-tx leaves the phase open:
+// it cannot complete before warp 0's arrival). Rows past the sequence end are loaded too (zeroed
+// by zero_tail after the wait); rows past the tensor read as zeros.
 template <int kVs>
 __device__ __forceinline__ void load_stage(const PrefillArgs& a, RawStage<kVs>& r, uint64_t* mbar,
-                                           int64_t tok0, int64_t slot, int h, int hv, int v0) {
-  device::mbarrier_arrive_expect_tx(mbar, qkg_bytes(a) + kC * kVs * 2 + kWsFloats * 4);
-  const int t = int(tok0);
-  load_qkg(a, r, t, h, hv, mbar);
-  if constexpr (v_in_blocks<kVs>())
-    device::tma_load_3d(&r.v[0], &a.tm_v, 0, t, (hv * kV + v0) / 8, mbar);
-  else
-    device::tma_load_2d(&r.v[0], &a.tm_v, hv * kV + v0, t, mbar);
+                                           int warp, int64_t tok0, int64_t slot, int h, int hv,
+                                           int v0) {
+  static_assert(kPrepWarps == 4, "one share per warp");
   static_assert(offsetof(RawStage<kVs>, tb) == 0 && (kWsFloats * 4) % 16 == 0,
                 "the workspace record is the stage's first bytes: one bulk copy");
-  device::bulk_load(&r.tb[0][0], chunk_ws(a, slot, hv), kWsFloats * 4, mbar);
+  const int t = int(tok0);
+  if (warp == 0) {
+    device::mbarrier_arrive_expect_tx(mbar, qkg_bytes(a) + kC * kVs * 2 + kWsFloats * 4);
+    device::bulk_load(&r.tb[0][0], chunk_ws(a, slot, hv), kWsFloats * 4, mbar);
+  } else if (warp == 1) {
+    device::tma_load_2d(&r.q[0][0], &a.tm_q, h * kK, t, mbar);
+  } else if (warp == 2) {
+    device::tma_load_2d(&r.k[0][0], &a.tm_k, h * kK, t, mbar);
+  } else {
+    device::tma_load_2d(&r.g[0][0], &a.tm_g, hv * kK, t, mbar);
+    if constexpr (v_in_blocks<kVs>())
+      device::tma_load_3d(&r.v[0], &a.tm_v, 0, t, (hv * kV + v0) / 8, mbar);
+    else
+      device::tma_load_2d(&r.v[0], &a.tm_v, hv * kV + v0, t, mbar);
+  }
 }
 
 // Streamed intra kernel (a.ready set): thread 0 of a prepare group waits until the records of
