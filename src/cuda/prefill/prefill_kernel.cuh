@@ -140,8 +140,8 @@ __device__ __forceinline__ void prepare_job(const PrefillArgs& a, SharedPlan<kVs
     return int(left < kC ? left : kC);
   };
   int checked = -1;  // streamed intra kernel: the last ready block thread 0 waited for
-  auto issue = [&](int c, int buf) {  // inputs of chunk c into raw[p][buf], by lane 0 of each warp
-    if (c < c1 && (i & 31) == 0) {
+  auto issue = [&](int c, int buf) {  // inputs of chunk c into raw[p][buf] (load_stage)
+    if (c < c1 && (kSharedIssue<kVs> ? (i & 31) == 0 : i == 0)) {
       if (i == 0 && a.ready && c / kReadyChunks != checked) {  // before the record's copy
         checked = c / kReadyChunks;
         wait_ready(a, job.n, hv, checked, job.nchunks);
