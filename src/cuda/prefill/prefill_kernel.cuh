@@ -146,8 +146,8 @@ __device__ __forceinline__ void prepare_job(const PrefillArgs& a, SharedPlan<kVs
         checked = c / kReadyChunks;
         wait_ready(a, job.n, hv, checked, job.nchunks);
       }
-      load_stage(a, sm.raw[p][buf], &sm.raw_full[p][buf], i >> 5, bos + int64_t(c) * kC,
-                 slot0 + c, h, hv, v0);
+      load_stage(a, sm.raw[p][buf], &sm.raw_full[p][buf], kSharedIssue<kVs> ? i >> 5 : 0,
+                 bos + int64_t(c) * kC, slot0 + c, h, hv, v0);
     }
   };
 
