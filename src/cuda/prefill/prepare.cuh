@@ -37,19 +37,34 @@ __device__ __forceinline__ void load_stage(const PrefillArgs& a, RawStage<kVs>& 
   static_assert(offsetof(RawStage<kVs>, tb) == 0 && (kWsFloats * 4) % 16 == 0,
                 "the workspace record is the stage's first bytes: one bulk copy");
   const int t = int(tok0);
-  const bool all = !kSharedIssue<kVs>;
-  if (warp == 0)
-    device::mbarrier_arrive_expect_tx(mbar, qkg_bytes(a) + kC * kVs * 2 + kWsFloats * 4);
-  if (all || warp == 1) device::tma_load_2d(&r.q[0][0], &a.tm_q, h * kK, t, mbar);
-  if (all || warp == 2) device::tma_load_2d(&r.k[0][0], &a.tm_k, h * kK, t, mbar);
-  if (all || warp == 3) {
-    device::tma_load_2d(&r.g[0][0], &a.tm_g, hv * kK, t, mbar);
+  const uint32_t bytes = qkg_bytes(a) + kC * kVs * 2 + kWsFloats * 4;
+  auto load_v = [&] {
     if constexpr (v_in_blocks<kVs>())
       device::tma_load_3d(&r.v[0], &a.tm_v, 0, t, (hv * kV + v0) / 8, mbar);
     else
       device::tma_load_2d(&r.v[0], &a.tm_v, hv * kV + v0, t, mbar);
+  };
+  auto load_record = [&] {
+    device::bulk_load(&r.tb[0][0], chunk_ws(a, slot, hv), kWsFloats * 4, mbar);
+  };
+  if constexpr (kSharedIssue<kVs>) {
+    if (warp == 0) {
+      device::mbarrier_arrive_expect_tx(mbar, bytes);
+      load_record();
+    } else if (warp == 1) {
+      device::tma_load_2d(&r.q[0][0], &a.tm_q, h * kK, t, mbar);
+    } else if (warp == 2) {
+      device::tma_load_2d(&r.k[0][0], &a.tm_k, h * kK, t, mbar);
+    } else {
+      device::tma_load_2d(&r.g[0][0], &a.tm_g, hv * kK, t, mbar);
+      load_v();
+    }
+  } else {
+    device::mbarrier_arrive_expect_tx(mbar, bytes);
+    load_qkg(a, r, t, h, hv, mbar);
+    load_v();
+    load_record();
   }
-  if (warp == 0) device::bulk_load(&r.tb[0][0], chunk_ws(a, slot, hv), kWsFloats * 4, mbar);
 }
 
 // Streamed intra kernel (a.ready set): thread 0 of a prepare group waits until the records of
