@@ -140,14 +140,14 @@ __device__ __forceinline__ void prepare_job(const PrefillArgs& a, SharedPlan<kVs
     return int(left < kC ? left : kC);
   };
   int checked = -1;  // streamed intra kernel: the last ready block thread 0 waited for
-  auto issue = [&](int c, int buf) {  // inputs of chunk c into raw[p][buf], by thread 0
-    if (c < c1 && i == 0) {
-      if (a.ready && c / kReadyChunks != checked) {
+  auto issue = [&](int c, int buf) {  // inputs of chunk c into raw[p][buf] (load_stage)
+    if (c < c1 && (kSharedIssue<kVs> ? (i & 31) == 0 : i == 0)) {
+      if (i == 0 && a.ready && c / kReadyChunks != checked) {  // before the record's copy
         checked = c / kReadyChunks;
         wait_ready(a, job.n, hv, checked, job.nchunks);
       }
-      load_stage(a, sm.raw[p][buf], &sm.raw_full[p][buf], bos + int64_t(c) * kC, slot0 + c, h,
-                 hv, v0);
+      load_stage(a, sm.raw[p][buf], &sm.raw_full[p][buf], kSharedIssue<kVs> ? i >> 5 : 0,
+                 bos + int64_t(c) * kC, slot0 + c, h, hv, v0);
     }
   };
 

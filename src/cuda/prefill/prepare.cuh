@@ -14,23 +14,57 @@
 
 namespace fastkda::prefill_cuda {
 
-// Thread 0 of a prepare group: the TMA loads of chunk inputs into r, completing on `mbar`: boxes
-// of the kC token rows from tok0 of q, k (head h), g (value head hv) and this CTA's v columns
-// (v0..), and the workspace record (Tb, A_qk, row norms) as one bulk copy. Rows past the sequence
-// end are loaded too (zeroed by zero_tail after the wait); rows past the tensor read as zeros.
+// Whether the group's four warps share the issue of a chunk's loads (load_stage) or thread 0
+// issues them all. Shared at kVs = 128: -0.4 to -1.2 % on its varlen rows (two prepare groups;
+// thread 0 alone reached the group's next barrier ~60 instructions behind the other warps), but
+// +1.6 to +3.7 % at kVs = 64 / 32 (three groups beside a chain-bound scan; A/B session 16).
+template <int kVs>
+constexpr bool kSharedIssue = kVs == 128;
+
+// The TMA loads of chunk inputs into r, completing on `mbar`: boxes of the kC token rows from
+// tok0 of q, k (head h), g (value head hv) and this CTA's v columns (v0..), and the workspace
+// record (Tb, A_qk, row norms) as one bulk copy. By lane 0 of warp `warp` of a prepare group
+// (kSharedIssue: warp 0 arrives with the transaction count and copies the record, warps 1, 2, 3
+// load q, k, and g and v; a complete-tx before the expect-tx leaves the phase open, as it cannot
+// complete before warp 0's arrival), else by thread 0 alone (warp 0: all of them). Rows past the
+// sequence end are loaded too (zeroed by zero_tail after the wait); rows past the tensor read as
+// zeros.
 template <int kVs>
 __device__ __forceinline__ void load_stage(const PrefillArgs& a, RawStage<kVs>& r, uint64_t* mbar,
-                                           int64_t tok0, int64_t slot, int h, int hv, int v0) {
-  device::mbarrier_arrive_expect_tx(mbar, qkg_bytes(a) + kC * kVs * 2 + kWsFloats * 4);
-  const int t = int(tok0);
-  load_qkg(a, r, t, h, hv, mbar);
-  if constexpr (v_in_blocks<kVs>())
-    device::tma_load_3d(&r.v[0], &a.tm_v, 0, t, (hv * kV + v0) / 8, mbar);
-  else
-    device::tma_load_2d(&r.v[0], &a.tm_v, hv * kV + v0, t, mbar);
+                                           int warp, int64_t tok0, int64_t slot, int h, int hv,
+                                           int v0) {
+  static_assert(kPrepWarps == 4, "four shares");
   static_assert(offsetof(RawStage<kVs>, tb) == 0 && (kWsFloats * 4) % 16 == 0,
                 "the workspace record is the stage's first bytes: one bulk copy");
-  device::bulk_load(&r.tb[0][0], chunk_ws(a, slot, hv), kWsFloats * 4, mbar);
+  const int t = int(tok0);
+  const uint32_t bytes = qkg_bytes(a) + kC * kVs * 2 + kWsFloats * 4;
+  auto load_v = [&] {
+    if constexpr (v_in_blocks<kVs>())
+      device::tma_load_3d(&r.v[0], &a.tm_v, 0, t, (hv * kV + v0) / 8, mbar);
+    else
+      device::tma_load_2d(&r.v[0], &a.tm_v, hv * kV + v0, t, mbar);
+  };
+  auto load_record = [&] {
+    device::bulk_load(&r.tb[0][0], chunk_ws(a, slot, hv), kWsFloats * 4, mbar);
+  };
+  if constexpr (kSharedIssue<kVs>) {
+    if (warp == 0) {
+      device::mbarrier_arrive_expect_tx(mbar, bytes);
+      load_record();
+    } else if (warp == 1) {
+      device::tma_load_2d(&r.q[0][0], &a.tm_q, h * kK, t, mbar);
+    } else if (warp == 2) {
+      device::tma_load_2d(&r.k[0][0], &a.tm_k, h * kK, t, mbar);
+    } else {
+      device::tma_load_2d(&r.g[0][0], &a.tm_g, hv * kK, t, mbar);
+      load_v();
+    }
+  } else {
+    device::mbarrier_arrive_expect_tx(mbar, bytes);
+    load_qkg(a, r, t, h, hv, mbar);
+    load_v();
+    load_record();
+  }
 }
 
 // Streamed intra kernel (a.ready set): thread 0 of a prepare group waits until the records of
