@@ -17,7 +17,9 @@ namespace fastkda::prefill_cuda {
 // Whether the group's four warps share the issue of a chunk's loads (load_stage) or thread 0
 // issues them all. Shared at kVs = 128: -0.4 to -1.2 % on its varlen rows (two prepare groups;
 // thread 0 alone reached the group's next barrier ~60 instructions behind the other warps), but
-// +1.6 to +3.7 % at kVs = 64 / 32 (three groups beside a chain-bound scan; A/B session 16).
+// +1.6 to +3.7 % at kVs = 64 / 32 (three groups beside a chain-bound scan; A/B session 16). The
+// kVs = 128 kernel (it spills ~50 B) is sensitive to the form: the same shares written as
+// independent ifs with the record copied last measured +1.2 to +2.4 % instead.
 template <int kVs>
 constexpr bool kSharedIssue = kVs == 128;
 
