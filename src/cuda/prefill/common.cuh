@@ -20,7 +20,9 @@ __device__ __forceinline__ float bf16_bits_to_f32(uint16_t h) {
 // A value that only tf32 MMAs read, stored rounded to tf32 (ptx.cuh tf32_rn): A_qk. The other
 // operands formed outside the scan warps (kt, qt, kd, ko; kw, qs and -W) are truncated instead
 // (kTruncBias below).
-__device__ __forceinline__ float tf32_operand(float x) { return __uint_as_float(device::tf32_rn(x)); }
+__device__ __forceinline__ float tf32_operand(float x) {
+  return __uint_as_float(device::tf32_rn(x));
+}
 
 // Truncated tf32 operands. A tensor-core tf32 operand given as raw f32 bits is truncated (its low
 // 13 bits ignored), which errs toward zero by 2^-11 E[1/m] = 2^-11 / (2 ln 2) of the value on
@@ -29,11 +31,11 @@ __device__ __forceinline__ float tf32_operand(float x) { return __uint_as_float(
 // (bench/precision_chunk.py, "kw / qs truncated, scaled": state 1.95e-4 / out 1.70e-3 against
 // 1.89e-4 / 1.70e-3 rounded). Formed this way: the scan's kw and qs and so -W = -Tb kw (the
 // prepare's cumulative decay starts at kTruncBiasLog2, gate_cumsum, so 2^G carries the factor,
-// G_C - G does not) and the intra kernel's kt, qt, kd, ko (through the row norms, anchored_block). GPU tests
-// check that the tensor cores truncate (PtxGpu, WgmmaGpu). (The scan's register operands S^T and
-// V_new^T gain nothing from it: a wgmma / mma.sync A
-// operand needs the accumulator's registers in another order, one move each instead of the
-// rounding; checked on the SASS, session 15.)
+// G_C - G does not) and the intra kernel's kt, qt, kd, ko (through the row norms,
+// anchored_block). GPU tests check that the tensor cores truncate (PtxGpu, WgmmaGpu). (The scan's
+// register operands S^T and V_new^T gain nothing from it: a wgmma / mma.sync A operand needs the
+// accumulator's registers in another order, one move each instead of the rounding; checked on the
+// SASS, session 15.)
 constexpr float kTruncBias = 3.5222047e-4f;      // 2^-11 / (2 ln 2)
 constexpr float kTruncBiasLog2 = 5.0805725e-4f;  // log2(1 + kTruncBias)
 static_assert(kTruncBiasLog2 - kTruncBias * kLog2e * (1.0f - kTruncBias / 2) < 1e-9f &&
@@ -179,8 +181,8 @@ __device__ __forceinline__ float gate_rows(const PrefillArgs& a, const float (&x
 #pragma unroll
       for (int row = 0; row < kN; ++row) {
         const float z = fmaf(x[row], kLog2e, bias * kLog2e);
-        al2[row] = fmax_nan(-A * (z > 20.0f * kLog2e ? z : device::lg2_approx(1.0f + ex2_approx(z))),
-                            -kMinLogDecay2);
+        const float softplus2 = z > 20.0f * kLog2e ? z : device::lg2_approx(1.0f + ex2_approx(z));
+        al2[row] = fmax_nan(-A * softplus2, -kMinLogDecay2);
       }
       break;
     default:

@@ -396,8 +396,10 @@ __device__ __forceinline__ void scan_chunk_wg(const PrefillArgs& a, const WgScan
       for (int mr = m; mr < kTiles; ++mr)  // token tile mr of O^T reads source tile m
         device::mma_m16n8k8_tf32(
             o[mr], av,
-            *reinterpret_cast<const uint32_t*>(aq + wg_tf32_offset(8 * mr + g, 8 * m + 2 * t, kWgSboTok)),
-            *reinterpret_cast<const uint32_t*>(aq + wg_tf32_offset(8 * mr + g, 8 * m + 2 * t + 1, kWgSboTok)));
+            *reinterpret_cast<const uint32_t*>(
+                aq + wg_tf32_offset(8 * mr + g, 8 * m + 2 * t, kWgSboTok)),
+            *reinterpret_cast<const uint32_t*>(
+                aq + wg_tf32_offset(8 * mr + g, 8 * m + 2 * t + 1, kWgSboTok)));
     }
   }
 
