@@ -262,11 +262,10 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
   // 1.11 before session 13: 0.414 ms alone): on all SMs for t1, then beside the scan on the
   // sms - jobs SMs it leaves free ("keepers"), t1 long enough for the scan never to wait (its
   // start: 4 chunks ahead; its end: all tiles made by then, at the keepers' rate); the scan
-  // beside it ~2.5 % slower (its ready
-  // checks, the shared memory system). Measured (session 10): H96 T8192 0.983 ms at the retire
-  // point this gives (estimate 0.987), 1.003 / 1.026 ms at +5 / +10 % of the tiles; H64 T8192
-  // streamed at vsplit 1 0.781 ms against 0.766 for the two kernels at vsplit 2 (estimates
-  // 0.784 / 0.776). Session 13 (cheaper intra kernel; bench/results/2026-11-29_s13_sweep): H96
+  // beside it ~2.5 % slower (its ready checks, the shared memory system). Measured (session 10):
+  // H96 T8192 0.983 ms at the retire point this gives (estimate 0.987), 1.003 / 1.026 ms at +5 /
+  // +10 % of the tiles; H64 T8192 streamed at vsplit 1 0.781 ms against 0.766 for the two kernels
+  // at vsplit 2 (estimates 0.784 / 0.776). Session 13 (cheaper intra kernel; bench/results/2026-11-29_s13_sweep): H96
   // T8192 0.985 ms at the old retire point (49.6 % of the tiles), 1.004 / 0.960 / 0.967 / 0.987
   // at 35 / 40 / 45 / 50 %; 41 % is the retire point of a 0.95 us tile. Session 16 (the streamed
   // kernel at 6 CTAs per SM, bench/results/2026-11-30_s16_ab1): H96 T8192 0.939 / 0.914 / 0.890 /
