@@ -255,19 +255,19 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
   // T8192, 0.920 ms against 0.926 at the 41.3 % of 1.45 us, bench/results/2026-11-30_s15_final).
   auto chunk_us = [](int vsplit) { return vsplit == 4 ? 1.15 : vsplit == 2 ? 0.96 : 1.38; };
   constexpr double kWaveUs = 20.0, kSegmentUs = 8.5;
-  // The intra kernel (~0.92 SM-us per chunk and head at 5 CTAs per SM in session 13, ~3 % less at
-  // 6 CTAs per SM since session 14, not refitted: it only weighs plans against each other; 1.06
-  // before: H96 T8192 0.396 ms, Nsight Compute) runs before the scan on all SMs, or streamed
-  // (~0.88 SM-us per tile since session 16, from the retire sweep below; 0.95 at 5 CTAs per SM;
-  // 1.11 before session 13: 0.414 ms alone): on all SMs for t1, then beside the scan on the
-  // sms - jobs SMs it leaves free ("keepers"), t1 long enough for the scan never to wait (its
-  // start: 4 chunks ahead; its end: all tiles made by then, at the keepers' rate); the scan
-  // beside it ~2.5 % slower (its ready checks, the shared memory system). Measured (session 10):
-  // H96 T8192 0.983 ms at the retire point this gives (estimate 0.987), 1.003 / 1.026 ms at +5 /
-  // +10 % of the tiles; H64 T8192 streamed at vsplit 1 0.781 ms against 0.766 for the two kernels
-  // at vsplit 2 (estimates 0.784 / 0.776). Session 13 (cheaper intra kernel; bench/results/2026-11-29_s13_sweep): H96
-  // T8192 0.985 ms at the old retire point (49.6 % of the tiles), 1.004 / 0.960 / 0.967 / 0.987
-  // at 35 / 40 / 45 / 50 %; 41 % is the retire point of a 0.95 us tile. Session 16 (the streamed
+  // The intra kernel (~0.92 SM-us per chunk and head at 5 CTAs per SM in session 13, ~3 % less at 6
+  // CTAs per SM since session 14, not refitted: it only weighs plans against each other; 1.06
+  // before: H96 T8192 0.396 ms, Nsight Compute) runs before the scan on all SMs, or streamed (~0.88
+  // SM-us per tile since session 16, from the retire sweep below; 0.95 at 5 CTAs per SM; 1.11
+  // before session 13: 0.414 ms alone): on all SMs for t1, then beside the scan on the sms - jobs
+  // SMs it leaves free ("keepers"), t1 long enough for the scan never to wait (its start: 4 chunks
+  // ahead; its end: all tiles made by then, at the keepers' rate); the scan beside it ~2.5 % slower
+  // (its ready checks, the shared memory system). Measured (session 10): H96 T8192 0.983 ms at the
+  // retire point this gives (estimate 0.987), 1.003 / 1.026 ms at +5 / +10 % of the tiles; H64
+  // T8192 streamed at vsplit 1 0.781 ms against 0.766 for the two kernels at vsplit 2 (estimates
+  // 0.784 / 0.776). Session 13 (cheaper intra kernel; bench/results/2026-11-29_s13_sweep): H96
+  // T8192 0.985 ms at the old retire point (49.6 % of the tiles), 1.004 / 0.960 / 0.967 / 0.987 at
+  // 35 / 40 / 45 / 50 %; 41 % is the retire point of a 0.95 us tile. Session 16 (the streamed
   // kernel at 6 CTAs per SM, bench/results/2026-11-30_s16_ab1): H96 T8192 0.939 / 0.914 / 0.890 /
   // 0.895 / 0.900 / 0.913 / 0.927 ms at 34 / 37 / 40 / 42 / 44 / 48 / 52 %; 40 % (39.7) is the
   // retire point of a 0.88 us tile.
