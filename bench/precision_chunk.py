@@ -315,6 +315,16 @@ CONFIGS = {  # name: (C, modes[, split-T segment tokens])
         16,
         {**KEPT, "ks": "tf32_btc", "reassoc_v": "bf16x3", "qs": "tf32_btc", "av": "tf32_btc"},
     ),
+    # The kVs = 32 (mma.sync) stage forms W = Tb kw and U in the prepare (KEPT's order); since
+    # session 16 its -W and qs are truncated carrying 1 + TRUNC_BIAS like the wgmma stage's kw, qs.
+    "C16 kVs = 32 path, intra operands truncated, scaled; -W / qs rounded (session 15)": (
+        16,
+        {**KEPT, "floor2": 128, "intra": "tf32_tc"},
+    ),
+    "C16 kVs = 32 path, intra operands and -W / qs truncated, scaled (session 16)": (
+        16,
+        {**KEPT, "floor2": 128, "intra": "tf32_tc", "ws": "tf32_atc", "qs": "tf32_atc"},
+    ),
     "C16 kept, V_new = Tb (v - kw S), O's S qs part bf16": (
         16,
         {**KEPT, "ks": "tf32", "reassoc_v": "bf16x3", "qs": "bf16"},
@@ -386,6 +396,14 @@ SEED_CONFIGS = {
         16,
         {**KEPT, "floor2": 128, "ks": "tf32_btc", "reassoc_v": "bf16x3", "qs": "tf32_btc",
          "av": "tf32_btc"},
+    ),
+    "C16 kVs = 32 path, intra truncated, -W / qs rounded (session 15)": (
+        16,
+        {**KEPT, "floor2": 128, "intra": "tf32_tc"},
+    ),
+    "C16 kVs = 32 path, intra and -W / qs truncated, scaled (session 16)": (
+        16,
+        {**KEPT, "floor2": 128, "intra": "tf32_tc", "ws": "tf32_atc", "qs": "tf32_atc"},
     ),
     "C16 kept, floor -128, V_new = Tb (v - kw S), Tb (.) bf16x3": (
         16,
