@@ -273,6 +273,13 @@ def make_case(name, T, rng):
 KEPT = dict(intra="tf32", wu="bf16x3", ws="tf32", qs="tf32", av="tf32", su="bf16x3")
 
 
+# The kVs = 32 (mma.sync) stage forms W = Tb kw and U in the prepare (KEPT's order), its intra
+# operands truncated and scaled by 1 + TRUNC_BIAS; since session 16 its -W and qs too, like the
+# wgmma stage's kw and qs.
+KVS32_S15 = {**KEPT, "floor2": 128, "intra": "tf32_tc"}
+KVS32_S16 = {**KVS32_S15, "ws": "tf32_atc", "qs": "tf32_atc"}
+
+
 def every(mode):
     return dict.fromkeys(("intra", "wu", "ws", "qs", "av", "su"), mode)
 
@@ -315,15 +322,13 @@ CONFIGS = {  # name: (C, modes[, split-T segment tokens])
         16,
         {**KEPT, "ks": "tf32_btc", "reassoc_v": "bf16x3", "qs": "tf32_btc", "av": "tf32_btc"},
     ),
-    # The kVs = 32 (mma.sync) stage forms W = Tb kw and U in the prepare (KEPT's order); since
-    # session 16 its -W and qs are truncated carrying 1 + TRUNC_BIAS like the wgmma stage's kw, qs.
     "C16 kVs = 32 path, intra operands truncated, scaled; -W / qs rounded (session 15)": (
         16,
-        {**KEPT, "floor2": 128, "intra": "tf32_tc"},
+        KVS32_S15,
     ),
     "C16 kVs = 32 path, intra operands and -W / qs truncated, scaled (session 16)": (
         16,
-        {**KEPT, "floor2": 128, "intra": "tf32_tc", "ws": "tf32_atc", "qs": "tf32_atc"},
+        KVS32_S16,
     ),
     "C16 kept, V_new = Tb (v - kw S), O's S qs part bf16": (
         16,
@@ -397,14 +402,8 @@ SEED_CONFIGS = {
         {**KEPT, "floor2": 128, "ks": "tf32_btc", "reassoc_v": "bf16x3", "qs": "tf32_btc",
          "av": "tf32_btc"},
     ),
-    "C16 kVs = 32 path, intra truncated, -W / qs rounded (session 15)": (
-        16,
-        {**KEPT, "floor2": 128, "intra": "tf32_tc"},
-    ),
-    "C16 kVs = 32 path, intra and -W / qs truncated, scaled (session 16)": (
-        16,
-        {**KEPT, "floor2": 128, "intra": "tf32_tc", "ws": "tf32_atc", "qs": "tf32_atc"},
-    ),
+    "C16 kVs = 32 path, intra truncated, -W / qs rounded (session 15)": (16, KVS32_S15),
+    "C16 kVs = 32 path, intra and -W / qs truncated, scaled (session 16)": (16, KVS32_S16),
     "C16 kept, floor -128, V_new = Tb (v - kw S), Tb (.) bf16x3": (
         16,
         {**KEPT, "floor2": 128, "ks": "tf32", "reassoc_v": "bf16x3"},
