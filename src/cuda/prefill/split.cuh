@@ -102,11 +102,10 @@ __global__ void __launch_bounds__(kCombineThreads)
     publish(1, s);
   }
   for (int j = 1; j <= nseg - 2; ++j) {
-    float acc[2][4], hl[2][4] = {}, lh[2][4] = {};
-    load_e(base + j, acc);
+    float e[2][4], acc[2][4] = {}, hl[2][4] = {}, lh[2][4] = {};
+    load_e(base + j, e);               // added after the products: its latency hides behind them
     device::cp_async_wait_group<1>();  // M_j landed (M_{j + 1} may be in flight)
     __syncthreads();                   // ... for every thread; S_in(j) published
-    issue_m(j + 2);                    // into the stage step j - 1 read
     const float* m = sm.m[j % kCombineStages];
     const uint4(&ahi)[kK / 8][32] = sm.a[j & 1][0];
     const uint4(&alo)[kK / 8][32] = sm.a[j & 1][1];
@@ -125,8 +124,9 @@ __global__ void __launch_bounds__(kCombineThreads)
         device::mma_m16n8k8_tf32(lh[jt], al, bh0, bh1);
       }
     }
+    issue_m(j + 2);  // into the stage step j - 1 read (every thread passed the barrier since)
     for (int jt = 0; jt < 2; ++jt)
-      for (int i = 0; i < 4; ++i) acc[jt][i] += hl[jt][i] + lh[jt][i];
+      for (int i = 0; i < 4; ++i) acc[jt][i] += (hl[jt][i] + lh[jt][i]) + e[jt][i];
     publish((j + 1) & 1, acc);  // step j - 1 read that parity; every thread passed the barrier
     for (int jt = 0; jt < 2; ++jt)
       for (int h = 0; h < 2; ++h)
