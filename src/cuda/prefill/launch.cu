@@ -232,12 +232,16 @@ std::optional<int64_t> env_retire() {
 // waves, and each wave costs ~20 us more (start state, pipeline fill, state stores). Unsplit: one
 // CTA walks all chunks of its (sequence, head, value slice). Split into nseg segments: pass 1 runs
 // heads x vsplit x (2 nseg - 3) CTAs without outputs (~0.85 of a chunk's time), pass 2
-// heads x vsplit x nseg CTAs, and the combine ~8.5 us per segment (least squares over 12 forced
-// splits of H4 / H8 / H32 at 1024 - 4096-token segments: within ~30 us of each, except 100 us
-// at H32 T65536 with 4096 tokens). Split only under 0.97 of the best unsplit estimate (measured
-// at the edge: H32 T16384 split 1.280 ms, unsplit 1.320). Lengths are known only on average for
-// varlen (cu_seqlens stays on the device). FASTKDA_PREFILL_VSPLIT forces the value split (of
-// both), FASTKDA_PREFILL_SEG=<tokens, a multiple of 64> a segment length, 0 none.
+// heads x vsplit x nseg CTAs, and the combine ~2.6 us per segment (session 17: 40 us for 16
+// segments of H4 T65536 on tensor cores, Nsight Compute; the f32 FMA combine before it took
+// ~8.5 us per segment, least squares over 12 forced splits of H4 / H8 / H32 at 1024 - 4096-token
+// segments). Session 17's forced splits of H4 / H8 T65536 at 1024 - 4096 tokens rank as this
+// model ranks them (best 2048 / 4096 tokens), each 40 - 210 us under its estimate
+// (bench/results/2026-11-30_s17_combine). Split only under 0.97 of the best unsplit estimate
+// (measured at the edge in session 9: H32 T16384 split 1.280 ms, unsplit 1.320). Lengths are
+// known only on average for varlen (cu_seqlens stays on the device). FASTKDA_PREFILL_VSPLIT
+// forces the value split (of both), FASTKDA_PREFILL_SEG=<tokens, a multiple of 64> a segment
+// length, 0 none.
 Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
   Plan plan;
   const std::optional<int64_t> forced_stream = env_stream(), forced_retire = env_retire();
@@ -254,7 +258,7 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
   // -4 to -5 % on the kVs = 128 rows; the retire sweep then found 44 % of the tiles best for H96
   // T8192, 0.920 ms against 0.926 at the 41.3 % of 1.45 us, bench/results/2026-11-30_s15_final).
   auto chunk_us = [](int vsplit) { return vsplit == 4 ? 1.15 : vsplit == 2 ? 0.96 : 1.38; };
-  constexpr double kWaveUs = 20.0, kSegmentUs = 8.5;
+  constexpr double kWaveUs = 20.0, kSegmentUs = 2.6;
   // The intra kernel (~0.92 SM-us per chunk and head at 5 CTAs per SM in session 13, ~3 % less at 6
   // CTAs per SM since session 14, not refitted: it only weighs plans against each other; 1.06
   // before: H96 T8192 0.396 ms, Nsight Compute) runs before the scan on all SMs, or streamed (~0.88

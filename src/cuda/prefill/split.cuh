@@ -2,27 +2,48 @@
 // its two passes of prefill_kernel. Segment j of a sequence maps its start state to its end state
 // affinely, S_end^T = S_start^T M_j + E_j^T (pass 1 computed E_j from a zero start and M_j from
 // identity rows; segment 0 from the true start state, so E_0 is the true S_in(1)). Here, per
-// sequence n, value head hv and 16 rows of S^T:
+// sequence n, value head hv and 16 rows of S^T (rows are independent of each other):
 //   S = E_0;  for j = 1 .. nseg - 2:  S = S M_j + E_j, written over E_j (= S_in(j + 1), where
 //   pass 2's segment j + 1 reads its start state).
-// f32 FMAs (the emulation in docs/prefill.md: no loss against the unsplit scan); M_{j+1} loads
-// (cp.async) while step j computes. 256 threads: thread = (row r, 8 consecutive key columns).
+// On tensor cores in 3 x tf32 (x = hi + lo, hi = tf32(x), lo = tf32(x - hi): hi.hi + hi.lo +
+// lo.hi per product, ~21 significant bits, f32 accumulation; the emulation in docs/prefill.md:
+// an f32 combine loses nothing against the unsplit scan, a tf32 one does). Eight warps, warp w
+// owns the 16 key columns 16 w .. 16 w + 15 of S (two m16n8 tiles) for all 16 rows. Its two
+// tiles are exactly the A fragments of k steps 2 w and 2 w + 1 of the next product (k slots
+// permuted inside each group of 8 as in scan.cuh's acc_to_a: slot t is column 2 t, slot t + 4
+// column 2 t + 1), so each warp splits its own tiles once and publishes them as fragments
+// (`CombinePlan::a`, double-buffered by step parity): one barrier per step. M_j streams through
+// three stages by cp.async (two steps ahead), its 16-byte chunks XOR-swizzled by row so that the
+// B fragment loads (rows 2 t, 2 t + 1 of a k step, 8 columns) hit 32 distinct banks.
+// (Session 17: the f32 FMA version before it read all of M_j from shared memory in every warp,
+// ~10 us per step: 155 us of H4 T65536's 0.90 ms.)
 #pragma once
 
 #include "cuda/prefill/common.cuh"
 
 namespace fastkda::prefill_cuda {
 
-constexpr int kCombineRows = 16;      // rows of S^T per CTA
-constexpr int kCombineThreads = 256;  // kCombineRows x 16 column groups of 8
-constexpr int kLdCombine = kK + 4;
+constexpr int kCombineRows = 16;      // rows of S^T per CTA: one m16 tile
+constexpr int kCombineWarps = kK / 16;  // 16 key columns (two n8 tiles) per warp
+constexpr int kCombineThreads = 32 * kCombineWarps;
+constexpr int kCombineStages = 3;     // M_j in flight: j, j + 1, j + 2
 
 struct CombinePlan {
-  float m[2][kK][kK];                 // M_j, M_{j+1} (double buffer)
-  float s[kCombineRows][kLdCombine];  // S: this CTA's rows of S_in(j)
+  float m[kCombineStages][kK * kK];   // M_j, swizzled (combine_m_offset)
+  uint4 a[2][2][kK / 8][32];          // [parity][hi / lo][k step][lane]: S as tf32 A fragments
 };
 constexpr size_t combine_shared_bytes() { return sizeof(CombinePlan); }
 static_assert(combine_shared_bytes() <= 227 * 1024, "combine kernel shared memory");
+
+// Element (k, n) of a stage of M: 16-byte chunk n / 4 of row k XORed with 2 ((k / 2) % 4).
+__device__ __forceinline__ int combine_m_offset(int k, int n) {
+  return k * kK + ((((n >> 2) ^ (((k >> 1) & 3) << 1))) << 2) + (n & 3);
+}
+
+__device__ __forceinline__ void split_tf32(float x, uint32_t& hi, uint32_t& lo) {
+  hi = device::tf32_rn(x);
+  lo = device::tf32_rn(x - __uint_as_float(hi));
+}
 
 __global__ void __launch_bounds__(kCombineThreads)
     combine_kernel(const __grid_constant__ PrefillArgs a) {
@@ -37,52 +58,80 @@ __global__ void __launch_bounds__(kCombineThreads)
   if (nseg < 3) return;  // S_in(1) = E_0 needs no combining
   const int64_t base = slot_base(bos, n, int64_t(a.seg_chunks) * kC);
 
-  const int tid = threadIdx.x, r = tid / 16, col = (tid % 16) * 8;
-  auto issue_m = [&](int j) {  // M_j into m[j & 1]: 16 copies of 16 bytes per thread
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  auto issue_m = [&](int j) {  // M_j into stage j % 3: 16 chunks of 16 bytes per thread
     if (j <= nseg - 2) {
       const float* src = seg_transition(a, base + j, hv);
-      float* dst = &sm.m[j & 1][0][0];
-      for (int e = tid; e < kK * kK / 4; e += kCombineThreads)
-        device::cp_async_cg_16(dst + 4 * e, src + 4 * e, 16);
+      float* dst = sm.m[j % kCombineStages];
+      for (int e = tid; e < kK * kK / 4; e += kCombineThreads) {
+        const int k = e / (kK / 4), c = e % (kK / 4);
+        device::cp_async_cg_16(dst + combine_m_offset(k, 4 * c), src + 4 * e, 16);
+      }
     }
-    device::cp_async_commit_group();  // always one group, so wait_group<1> counts right
+    device::cp_async_commit_group();  // always one group, so wait_group counts right
   };
-  auto row_of = [&](int64_t slot) { return seg_end(a, slot, hv) + int64_t(r0 + r) * kK + col; };
+  // This thread's elements of S (the m16n8 accumulator layout of its warp's two tiles):
+  // tile j, element i at row r0 + g + 8 (i / 2), column 16 warp + 8 j + 2 t + i % 2.
+  auto elem = [&](int64_t slot, int j, int half) {
+    return seg_end(a, slot, hv) + int64_t(r0 + g + 8 * half) * kK + 16 * warp + 8 * j + 2 * t;
+  };
+  auto load_e = [&](int64_t slot, float (&c)[2][4]) {
+    for (int j = 0; j < 2; ++j)
+      for (int h = 0; h < 2; ++h) {
+        const float2 v = *reinterpret_cast<const float2*>(elem(slot, j, h));
+        c[j][2 * h] = v.x, c[j][2 * h + 1] = v.y;
+      }
+  };
+  auto publish = [&](int parity, const float (&c)[2][4]) {  // A fragments of k steps 2 warp + j
+    for (int j = 0; j < 2; ++j) {
+      uint4 hi, lo;
+      split_tf32(c[j][0], hi.x, lo.x);  // a0 (g, slot t)      = column 2 t
+      split_tf32(c[j][2], hi.y, lo.y);  // a1 (g + 8, slot t)
+      split_tf32(c[j][1], hi.z, lo.z);  // a2 (g, slot t + 4)  = column 2 t + 1
+      split_tf32(c[j][3], hi.w, lo.w);  // a3 (g + 8, slot t + 4)
+      sm.a[parity][0][2 * warp + j][lane] = hi;
+      sm.a[parity][1][2 * warp + j][lane] = lo;
+    }
+  };
 
   issue_m(1);
+  issue_m(2);
   {
-    const float* e0 = row_of(base);
-    *reinterpret_cast<float4*>(&sm.s[r][col]) = *reinterpret_cast<const float4*>(e0);
-    *reinterpret_cast<float4*>(&sm.s[r][col + 4]) = *reinterpret_cast<const float4*>(e0 + 4);
+    float s[2][4];
+    load_e(base, s);
+    publish(1, s);
   }
   for (int j = 1; j <= nseg - 2; ++j) {
-    issue_m(j + 1);
-    float* e = row_of(base + j);
-    float acc[8];
-    *reinterpret_cast<float4*>(&acc[0]) = *reinterpret_cast<const float4*>(e);
-    *reinterpret_cast<float4*>(&acc[4]) = *reinterpret_cast<const float4*>(e + 4);
-    device::cp_async_wait_group<1>();
-    __syncthreads();  // M_j landed for every thread; S rows of step j - 1 written
-    const float(&m)[kK][kK] = sm.m[j & 1];
-#pragma unroll 8
-    for (int k = 0; k < kK; ++k) {
-      const float s = sm.s[r][k];
-      const float4 x0 = *reinterpret_cast<const float4*>(&m[k][col]);
-      const float4 x1 = *reinterpret_cast<const float4*>(&m[k][col + 4]);
-      acc[0] = fmaf(s, x0.x, acc[0]);
-      acc[1] = fmaf(s, x0.y, acc[1]);
-      acc[2] = fmaf(s, x0.z, acc[2]);
-      acc[3] = fmaf(s, x0.w, acc[3]);
-      acc[4] = fmaf(s, x1.x, acc[4]);
-      acc[5] = fmaf(s, x1.y, acc[5]);
-      acc[6] = fmaf(s, x1.z, acc[6]);
-      acc[7] = fmaf(s, x1.w, acc[7]);
+    float e[2][4], acc[2][4] = {}, hl[2][4] = {}, lh[2][4] = {};
+    load_e(base + j, e);               // added after the products: its latency hides behind them
+    device::cp_async_wait_group<1>();  // M_j landed (M_{j + 1} may be in flight)
+    __syncthreads();                   // ... for every thread; S_in(j) published
+    const float* m = sm.m[j % kCombineStages];
+    const uint4(&ahi)[kK / 8][32] = sm.a[j & 1][0];
+    const uint4(&alo)[kK / 8][32] = sm.a[j & 1][1];
+#pragma unroll 4
+    for (int s = 0; s < kK / 8; ++s) {
+      const uint4 h4 = ahi[s][lane], l4 = alo[s][lane];
+      const uint32_t ah[4] = {h4.x, h4.y, h4.z, h4.w}, al[4] = {l4.x, l4.y, l4.z, l4.w};
+#pragma unroll
+      for (int jt = 0; jt < 2; ++jt) {
+        const int col = 16 * warp + 8 * jt + g;
+        uint32_t bh0, bl0, bh1, bl1;
+        split_tf32(m[combine_m_offset(8 * s + 2 * t, col)], bh0, bl0);
+        split_tf32(m[combine_m_offset(8 * s + 2 * t + 1, col)], bh1, bl1);
+        device::mma_m16n8k8_tf32(acc[jt], ah, bh0, bh1);
+        device::mma_m16n8k8_tf32(hl[jt], ah, bl0, bl1);
+        device::mma_m16n8k8_tf32(lh[jt], al, bh0, bh1);
+      }
     }
-    __syncthreads();  // every thread is done reading S and m[j & 1]
-    *reinterpret_cast<float4*>(&sm.s[r][col]) = *reinterpret_cast<const float4*>(&acc[0]);
-    *reinterpret_cast<float4*>(&sm.s[r][col + 4]) = *reinterpret_cast<const float4*>(&acc[4]);
-    *reinterpret_cast<float4*>(e) = *reinterpret_cast<const float4*>(&acc[0]);
-    *reinterpret_cast<float4*>(e + 4) = *reinterpret_cast<const float4*>(&acc[4]);
+    issue_m(j + 2);  // into the stage step j - 1 read (every thread passed the barrier since)
+    for (int jt = 0; jt < 2; ++jt)
+      for (int i = 0; i < 4; ++i) acc[jt][i] += (hl[jt][i] + lh[jt][i]) + e[jt][i];
+    publish((j + 1) & 1, acc);  // step j - 1 read that parity; every thread passed the barrier
+    for (int jt = 0; jt < 2; ++jt)
+      for (int h = 0; h < 2; ++h)
+        *reinterpret_cast<float2*>(elem(base + j, jt, h)) =
+            make_float2(acc[jt][2 * h], acc[jt][2 * h + 1]);
   }
   device::cp_async_wait_group<0>();
 }
