@@ -35,8 +35,18 @@ constexpr size_t kWsBytes = kWsFloats * sizeof(float);
 //   E (kV x kK)  the segment's end state from a zero start (segment 0: from the true start
 //                state); combine_kernel overwrites it with the true start state of segment j + 1;
 //   M (kK x kK)  the segment's transition, S_end^T = S_start^T M + E^T (the scan of identity rows).
+//                M is stored in combine_kernel's shared-memory layout (combine_m_offset), so
+//                that the combine copies it with one bulk copy per step.
 constexpr int kSegFloats = 2 * kK * kV;
 constexpr size_t kSegBytes = kSegFloats * sizeof(float);
+// Element (k, n) of M: row k (kK floats), its 16-byte chunk n / 4 XORed with 2 ((k / 2) % 4), so
+// that the combine's B fragment loads (rows 2 t and 2 t + 1 of a k step of 8, 8 columns) hit 32
+// distinct banks.
+__host__ __device__ constexpr int combine_m_offset(int k, int n) {
+  return k * kK + (((n >> 2) ^ (((k >> 1) & 3) << 1)) << 2) + (n & 3);
+}
+static_assert(combine_m_offset(2, 0) == 2 * kK + 8 && combine_m_offset(7, 13) == 7 * kK + 21,
+              "combine layout");
 
 // Prepare groups in the scan kernel: each alternates chunks with the others (group p: chunks
 // p, p + G, ...), owns two raw stages (next chunk loads while it works) and one scan stage.

@@ -281,7 +281,14 @@ __device__ __forceinline__ void scan_job(const PrefillArgs& a, SharedPlan<kVs>& 
     }
   }
 
-  if (job.end.ptr) store_state(job.end, row, k0, S);
+  if constexpr (kPass == Pass::kTransitions) {
+    if (job.transition)
+      store_state<true>(job.end, row, k0, S);  // M_j, in the combine's layout
+    else
+      store_state(job.end, row, k0, S);
+  } else if (job.end.ptr) {
+    store_state(job.end, row, k0, S);
+  }
 }
 
 // One instantiation per pass, so that the unsplit scan carries none of the split-T branches.

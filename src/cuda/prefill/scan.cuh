@@ -80,7 +80,9 @@ __device__ __forceinline__ void prefetch_state_slice(StateRef src, int row0, int
   }
 }
 
-template <int kTilesK>
+// kCombineLayout: f32 V-first rows in combine_kernel's stage layout (combine_m_offset, split T's
+// transitions M_j, which the combine then copies to shared memory as they are).
+template <bool kCombineLayout = false, int kTilesK>
 __device__ __forceinline__ void store_state(StateRef dst, int row, int k0,
                                             const float (&S)[kTilesK][4]) {
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -90,7 +92,8 @@ __device__ __forceinline__ void store_state(StateRef dst, int row, int k0,
 #pragma unroll
     for (int f = 0; f < 4; ++f) {
       const int v = row + g + (f >= 2 ? 8 : 0), key = k0 + 8 * j + 2 * t + (f & 1);
-      const int64_t off = state_elem(dst.k_first, v, key);
+      const int64_t off =
+          kCombineLayout ? combine_m_offset(v, key) : state_elem(dst.k_first, v, key);
       if (dst.f32)
         static_cast<float*>(base)[off] = S[j][f];
       else

@@ -13,10 +13,12 @@
 // permuted inside each group of 8 as in scan.cuh's acc_to_a: slot t is column 2 t, slot t + 4
 // column 2 t + 1), so each warp splits its own tiles once and publishes them as fragments
 // (`CombinePlan::a`, double-buffered by step parity): one barrier per step. M_j streams through
-// three stages by cp.async (two steps ahead), its 16-byte chunks XOR-swizzled by row so that the
-// B fragment loads (rows 2 t, 2 t + 1 of a k step, 8 columns) hit 32 distinct banks.
+// three stages, two steps ahead, each one bulk copy (TMA) on an mbarrier: pass 1 stores M_j in
+// this stage layout (config.h, combine_m_offset: 16-byte chunks XOR-swizzled by row, so that the
+// B fragment loads of rows 2 t, 2 t + 1 of a k step hit 32 distinct banks).
 // (Session 17: the f32 FMA version before it read all of M_j from shared memory in every warp,
-// ~10 us per step: 155 us of H4 T65536's 0.90 ms.)
+// ~10 us per step: 155 us of H4 T65536's 0.90 ms; copied by cp.async, 16 bytes per thread and
+// request, the tensor-core step took ~2.5 us.)
 #pragma once
 
 #include "cuda/prefill/common.cuh"
@@ -31,14 +33,10 @@ constexpr int kCombineStages = 3;     // M_j in flight: j, j + 1, j + 2
 struct CombinePlan {
   float m[kCombineStages][kK * kK];   // M_j, swizzled (combine_m_offset)
   uint4 a[2][2][kK / 8][32];          // [parity][hi / lo][k step][lane]: S as tf32 A fragments
+  uint64_t full[kCombineStages];      // M_j landed in stage j % 3 (phase j / 3)
 };
 constexpr size_t combine_shared_bytes() { return sizeof(CombinePlan); }
 static_assert(combine_shared_bytes() <= 227 * 1024, "combine kernel shared memory");
-
-// Element (k, n) of a stage of M: 16-byte chunk n / 4 of row k XORed with 2 ((k / 2) % 4).
-__device__ __forceinline__ int combine_m_offset(int k, int n) {
-  return k * kK + ((((n >> 2) ^ (((k >> 1) & 3) << 1))) << 2) + (n & 3);
-}
 
 __device__ __forceinline__ void split_tf32(float x, uint32_t& hi, uint32_t& lo) {
   hi = device::tf32_rn(x);
@@ -59,16 +57,18 @@ __global__ void __launch_bounds__(kCombineThreads)
   const int64_t base = slot_base(bos, n, int64_t(a.seg_chunks) * kC);
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
-  auto issue_m = [&](int j) {  // M_j into stage j % 3: 16 chunks of 16 bytes per thread
-    if (j <= nseg - 2) {
-      const float* src = seg_transition(a, base + j, hv);
-      float* dst = sm.m[j % kCombineStages];
-      for (int e = tid; e < kK * kK / 4; e += kCombineThreads) {
-        const int k = e / (kK / 4), c = e % (kK / 4);
-        device::cp_async_cg_16(dst + combine_m_offset(k, 4 * c), src + 4 * e, 16);
-      }
+  if (tid == 0) {
+    for (int st = 0; st < kCombineStages; ++st) device::mbarrier_init(&sm.full[st], 1);
+    device::fence_mbarrier_init();
+  }
+  __syncthreads();
+  auto issue_m = [&](int j) {  // M_j into stage j % 3, by thread 0
+    if (tid == 0 && j <= nseg - 2) {
+      uint64_t* full = &sm.full[j % kCombineStages];
+      device::mbarrier_arrive_expect_tx(full, kK * kK * sizeof(float));
+      device::bulk_load(sm.m[j % kCombineStages], seg_transition(a, base + j, hv),
+                        kK * kK * sizeof(float), full);
     }
-    device::cp_async_commit_group();  // always one group, so wait_group counts right
   };
   // This thread's elements of S (the m16n8 accumulator layout of its warp's two tiles):
   // tile j, element i at row r0 + g + 8 (i / 2), column 16 warp + 8 j + 2 t + i % 2.
@@ -104,8 +104,13 @@ __global__ void __launch_bounds__(kCombineThreads)
   for (int j = 1; j <= nseg - 2; ++j) {
     float e[2][4], acc[2][4] = {}, hl[2][4] = {}, lh[2][4] = {};
     load_e(base + j, e);               // added after the products: its latency hides behind them
-    device::cp_async_wait_group<1>();  // M_j landed (M_{j + 1} may be in flight)
-    __syncthreads();                   // ... for every thread; S_in(j) published
+    // M_j: stage j % 3, its ((j - 1) / 3)-th use (steps start at 1)
+    device::mbarrier_wait(&sm.full[j % kCombineStages], ((j - 1) / kCombineStages) & 1);
+    // This thread's reads of stage (j - 1) % 3 (step j - 1) before the bulk copy that overwrites
+    // it, which thread 0 issues after the barrier.
+    device::fence_proxy_async_shared();
+    __syncthreads();  // S_in(j) published; stage (j - 1) % 3 free
+    issue_m(j + 2);
     const float* m = sm.m[j % kCombineStages];
     const uint4(&ahi)[kK / 8][32] = sm.a[j & 1][0];
     const uint4(&alo)[kK / 8][32] = sm.a[j & 1][1];
@@ -124,7 +129,6 @@ __global__ void __launch_bounds__(kCombineThreads)
         device::mma_m16n8k8_tf32(lh[jt], al, bh0, bh1);
       }
     }
-    issue_m(j + 2);  // into the stage step j - 1 read (every thread passed the barrier since)
     for (int jt = 0; jt < 2; ++jt)
       for (int i = 0; i < 4; ++i) acc[jt][i] += (hl[jt][i] + lh[jt][i]) + e[jt][i];
     publish((j + 1) & 1, acc);  // step j - 1 read that parity; every thread passed the barrier
@@ -133,7 +137,6 @@ __global__ void __launch_bounds__(kCombineThreads)
         *reinterpret_cast<float2*>(elem(base + j, jt, h)) =
             make_float2(acc[jt][2 * h], acc[jt][2 * h + 1]);
   }
-  device::cp_async_wait_group<0>();
 }
 
 }  // namespace fastkda::prefill_cuda
