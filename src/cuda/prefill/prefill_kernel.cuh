@@ -281,7 +281,7 @@ __device__ __forceinline__ void scan_job(const PrefillArgs& a, SharedPlan<kVs>& 
     }
   }
 
-  if constexpr (kPass == Pass::kTransitions) {
+  if constexpr (kPass == Pass::kTransitions) {  // job.end is always a segment slot here
     if (job.transition)
       store_state<true>(job.end, row, k0, S);  // M_j, in the combine's layout
     else

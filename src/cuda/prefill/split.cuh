@@ -33,7 +33,7 @@ constexpr int kCombineStages = 3;     // M_j in flight: j, j + 1, j + 2
 struct CombinePlan {
   float m[kCombineStages][kK * kK];   // M_j, swizzled (combine_m_offset)
   uint4 a[2][2][kK / 8][32];          // [parity][hi / lo][k step][lane]: S as tf32 A fragments
-  uint64_t full[kCombineStages];      // M_j landed in stage j % 3 (phase j / 3)
+  uint64_t full[kCombineStages];      // M_j landed in stage j % 3 (phase (j - 1) / 3)
 };
 constexpr size_t combine_shared_bytes() { return sizeof(CombinePlan); }
 static_assert(combine_shared_bytes() <= 227 * 1024, "combine kernel shared memory");
