@@ -45,7 +45,31 @@ constexpr size_t kSegBytes = kSegFloats * sizeof(float);
 __host__ __device__ constexpr int combine_m_offset(int k, int n) {
   return k * kK + (((n >> 2) ^ (((k >> 1) & 3) << 1)) << 2) + (n & 3);
 }
-static_assert(combine_m_offset(2, 0) == 2 * kK + 8 && combine_m_offset(7, 13) == 7 * kK + 21,
+// Each row a permutation of itself, and every B fragment load of the combine (lanes g, t: row
+// 8 s + 2 t + p, column 8 b + g) on 32 distinct banks.
+constexpr bool combine_layout_ok() {
+  for (int k = 0; k < kK; ++k) {
+    bool seen[kK] = {};
+    for (int n = 0; n < kK; ++n) {
+      const int o = combine_m_offset(k, n) - k * kK;
+      if (o < 0 || o >= kK || seen[o]) return false;
+      seen[o] = true;
+    }
+  }
+  for (int s = 0; s < kK / 8; ++s)
+    for (int b = 0; b < kK / 8; ++b)
+      for (int p = 0; p < 2; ++p) {
+        bool bank[32] = {};
+        for (int lane = 0; lane < 32; ++lane) {
+          const int o = combine_m_offset(8 * s + 2 * (lane % 4) + p, 8 * b + lane / 4) % 32;
+          if (bank[o]) return false;
+          bank[o] = true;
+        }
+      }
+  return true;
+}
+static_assert(combine_m_offset(2, 0) == 2 * kK + 8 && combine_m_offset(7, 13) == 7 * kK + 21 &&
+                  combine_layout_ok(),
               "combine layout");
 
 // Prepare groups in the scan kernel: each alternates chunks with the others (group p: chunks
