@@ -49,6 +49,7 @@ struct PrefillArgs {
   int64_t num_boundary_states;  // rows >= this are skipped (cu_seqlens unchecked on the host)
   float* ws;         // [chunk slots, HV, kWsFloats] workspace: Tb and A_qk per chunk (config.h)
   int64_t num_seq;   // N
+  int64_t chunk_slots;  // chunk slots of the workspace (launch.cu chunk_slots)
   int64_t T;         // tokens per batch row (fixed-length)
   int H, HV, group;  // group = HV / H
   int vsplit;        // CTAs per (sequence, value head), each kV / vsplit columns

@@ -189,16 +189,17 @@ __device__ __forceinline__ void exact_rows(const PrefillArgs& a, PrepPrivate& sm
 // Thread j < kC: column j of Tb = (I + N)^-1 diag(beta) by f32 forward substitution (no Neumann
 // series: exact for near-collinear keys), stored row-major to tb_out [kC][kC]. Row r uses rows
 // <= r of N only (causal); entries above the diagonal are exact zeros.
-__device__ __forceinline__ void invert_unit_lower(const PrepPrivate& pp, int j, float* tb_out) {
+__device__ __forceinline__ void invert_unit_lower(const float (&nmat)[kC][kLdN],
+                                                  const float (&beta)[kC], int j, float* tb_out) {
   float x[kC];
 #pragma unroll
   for (int row = 0; row < kC; ++row) {
     float acc = row == j ? 1.0f : 0.0f;
 #pragma unroll
-    for (int s = 0; s < row; ++s) acc -= pp.res.nmat[row][s] * x[s];
+    for (int s = 0; s < row; ++s) acc -= nmat[row][s] * x[s];
     x[row] = acc;
   }
-  const float b = pp.beta[j];
+  const float b = beta[j];
 #pragma unroll
   for (int row = 0; row < kC; ++row) tb_out[row * kC + j] = x[row] * b;
 }

@@ -84,7 +84,7 @@ __device__ __forceinline__ void intra_chunk(const PrefillArgs& a, IntraPlan& sm,
 
   float* ws = record();  // [Tb kC x kC][A_qk kC x kC][rq kC][rk kC]
   if (i < kC) {
-    invert_unit_lower(sm.pp, i, ws);
+    invert_unit_lower(sm.pp.res.nmat, sm.pp.beta, i, ws);
     ws[2 * kC * kC + i] = sm.pp.rq[i];
     ws[2 * kC * kC + kC + i] = sm.pp.rk[i];
   }

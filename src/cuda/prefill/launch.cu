@@ -19,6 +19,7 @@
 #include "cuda/prefill/args.h"
 #include "cuda/prefill/config.h"
 #include "cuda/prefill/intra_kernel.cuh"
+#include "cuda/prefill/intra_warp.cuh"
 #include "cuda/prefill/order.cuh"
 #include "cuda/prefill/prefill_kernel.cuh"
 #include "cuda/prefill/split.cuh"
@@ -474,6 +475,7 @@ void prefill(const ForwardParams& p) {
   a.ws = static_cast<float*>(p.workspace);
   a.num_seq = num_seq;
   const int64_t slots = chunk_slots(p);  // within the launch limits (validation: the size query)
+  a.chunk_slots = slots;
   const Plan plan = choose_plan(p, num_seq, sm_count(p.device_index));
   a.vsplit = plan.vsplit;
   make_load_maps(p, s, plan.vsplit, a);
@@ -524,15 +526,36 @@ void prefill(const ForwardParams& p) {
         a, slots, slot_map);
     FASTKDA_CUDA_CHECK(cudaGetLastError());
   }
+  // The bounded gate's intra work runs one chunk per warp (intra_warp.cuh); the other gates need
+  // the spans, clamps and exact rows of the 4-warp CTA per chunk (intra_kernel.cuh).
+  const bool warp_intra = a.gate == prefill_cuda::Gate::kBounded;
   if (plan.streamed) {
     // Ready counters and queue zeroed, then the persistent intra grid, then the scan beside it.
-    constexpr size_t intra_smem = sizeof(prefill_cuda::IntraPlan);
     FASTKDA_CUDA_CHECK(cudaMemsetAsync(a.ready, 0, stream_ws_bytes(p, plan), stream));
-    FASTKDA_CUDA_CHECK(cudaFuncSetAttribute(prefill_cuda::intra_streamed_kernel,
+    if (warp_intra) {
+      constexpr size_t intra_smem = sizeof(prefill_cuda::IntraWarpPlan);
+      FASTKDA_CUDA_CHECK(cudaFuncSetAttribute(prefill_cuda::intra_warp_streamed_kernel,
+                                              cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              int(intra_smem)));
+      prefill_cuda::intra_warp_streamed_kernel<<<
+          unsigned(plan.sms * prefill_cuda::kIntraWarpCtasPerSm), 32 * prefill_cuda::kIntraWarps,
+          intra_smem, stream>>>(a);
+    } else {
+      constexpr size_t intra_smem = sizeof(prefill_cuda::IntraPlan);
+      FASTKDA_CUDA_CHECK(cudaFuncSetAttribute(prefill_cuda::intra_streamed_kernel,
+                                              cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              int(intra_smem)));
+      prefill_cuda::intra_streamed_kernel<<<unsigned(plan.sms * prefill_cuda::kIntraCtasPerSm),
+                                            prefill_cuda::kPrepThreads, intra_smem, stream>>>(a);
+    }
+  } else if (warp_intra) {
+    constexpr size_t intra_smem = sizeof(prefill_cuda::IntraWarpPlan);
+    FASTKDA_CUDA_CHECK(cudaFuncSetAttribute(prefill_cuda::intra_warp_kernel,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             int(intra_smem)));
-    prefill_cuda::intra_streamed_kernel<<<unsigned(plan.sms * prefill_cuda::kIntraCtasPerSm),
-                                          prefill_cuda::kPrepThreads, intra_smem, stream>>>(a);
+    const int64_t ctas = (slots + prefill_cuda::kIntraWarps - 1) / prefill_cuda::kIntraWarps;
+    prefill_cuda::intra_warp_kernel<<<dim3(unsigned(ctas), unsigned(p.HV)),
+                                      32 * prefill_cuda::kIntraWarps, intra_smem, stream>>>(a);
   } else {
     constexpr size_t intra_smem = sizeof(prefill_cuda::IntraPlan);
     FASTKDA_CUDA_CHECK(cudaFuncSetAttribute(

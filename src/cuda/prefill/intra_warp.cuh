@@ -1,0 +1,297 @@
+// The intra work of one chunk by one warp (bounded gate; the other gates keep the 4-warp CTA of
+// intra_kernel.cuh, whose spans, clamps and exact rows they need): the same anchored A' and A_qk,
+// Tb and row norms as intra_chunk, with every MMA operand formed in the registers of the lane that
+// feeds it to the tensor core instead of staged in shared memory for four warps.
+//
+// Why this layout works: in mma.m16n8k8 (tf32) lane (g, t) = (lane / 4, lane % 4) feeds A rows g
+// and g + 8 at k slots t and t + 4, and B columns (tokens) g at the same k slots. For A' = kt kd^T
+// (and A_qk = qt ko^T...) the B tokens of n-tile 0 (tokens 0..7) and of n-tile 1 (8..15) are the
+// lane's own A rows g and g + 8, and the k slots may stand for any key columns as long as every
+// lane agrees: k step 4 i + m gives slot t the key column 32 i + 8 t + 2 m and slot t + 4 the next
+// one. So lane (g, t) owns rows g, g + 8 and the 32 key columns 32 i + 8 t + j (i < 4, j < 8) of q
+// and k for the whole chunk (four 16-byte loads per row and tensor) and forms kt, qt, kd, ko of
+// exactly the fragments it feeds. Only the cumulative gate crosses lanes (a column sum over the
+// chunk's rows): lane l activates and sums key columns 4 l .. 4 l + 3 of all 16 rows (the same
+// arithmetic, bit for bit, as gate_scan) and hands the sums over through 8 KiB of shared memory.
+// No CTA barrier: the warps of a CTA are independent chunks.
+#pragma once
+
+#include "cuda/prefill/intra_kernel.cuh"
+
+namespace fastkda::prefill_cuda {
+
+// Shared memory of one warp.
+struct IntraWarpSmem {
+  // L = G - anchor per row and key column (the anchors of intra.cuh: rows 0..7 the chunk start,
+  // rows 8..15 row 7), 16-byte chunk c of row r at c ^ (r & 1): the column-owner stores (lane l:
+  // chunk l) and the fragment loads (rows 2 q, 2 q + 1 and t = 0..3 per quarter warp: chunks
+  // 8 i + 2 t + h) are conflict-free.
+  float L[kC][kK];
+  float nmat[kC][kLdN];  // N = strictly_lower(diag(beta) A')
+  float aqk[kC][kC];     // A_qk (tf32-rounded), copied to the record
+  float beta[kC];        // activated beta (0 past the sequence end)
+};
+constexpr int kIntraWarps = 4;  // warps (independent chunks) per CTA
+struct IntraWarpPlan {
+  IntraWarpSmem w[kIntraWarps];
+};
+constexpr int kIntraWarpCtasPerSm = 3;
+static_assert(sizeof(IntraWarpSmem) % 16 == 0, "16-byte aligned per-warp buffers");
+static_assert((sizeof(IntraWarpPlan) + 1024) * kIntraWarpCtasPerSm <= 228 * 1024,
+              "warp intra kernels: CTAs per SM");
+
+__device__ __forceinline__ float* intra_warp_l(IntraWarpSmem& sm, int row, int chunk) {
+  return &sm.L[row][4 * (chunk ^ (row & 1))];
+}
+__device__ __forceinline__ float bf16_of(const uint4& u, int j) {  // element j of 8 packed bf16
+  const uint32_t w = j < 2 ? u.x : j < 4 ? u.y : j < 6 ? u.z : u.w;
+  return j % 2 ? bf16_hi(w) : bf16_lo(w);
+}
+
+// One chunk (tok0 .. tok0 + nvalid - 1 of value head hv, a.gate == Gate::kBounded) by this warp:
+// the record (Tb, A_qk, rq, rk) to ws. loaded() runs on every lane once the chunk's loads were
+// consumed (the streamed kernel counts its previous chunk there).
+template <class Loaded>
+__device__ __forceinline__ void intra_warp_chunk(const PrefillArgs& a, IntraWarpSmem& sm,
+                                                 float* ws, int hv, int64_t tok0, int nvalid,
+                                                 Loaded&& loaded) {
+  using device::ex2_approx;
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int h = hv / a.group;
+  // Loads: q and k by fragments (lane: rows g, g + 8, columns 32 i + 8 t .. + 7), then the gate by
+  // columns (lane: 4 columns x 16 rows, raw); rows past the end are zeros.
+  uint4 qv[2][4], kv[2][4];
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    const int row = g + kHalf * rr;
+    const bool valid = row < nvalid;
+    const uint16_t* qp = a.q + (tok0 + row) * a.q_stride + int64_t(h) * kK + 8 * t;
+    const uint16_t* kp = a.k + (tok0 + row) * a.k_stride + int64_t(h) * kK + 8 * t;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      qv[rr][i] = valid ? *reinterpret_cast<const uint4*>(qp + 32 * i) : make_uint4(0u, 0u, 0u, 0u);
+      kv[rr][i] = valid ? *reinterpret_cast<const uint4*>(kp + 32 * i) : make_uint4(0u, 0u, 0u, 0u);
+    }
+  }
+  // bf16 gate: the 4 columns of each row in a uint2, loaded here; f32: loaded in the row loop.
+  const int64_t gofs = tok0 * a.g_stride + int64_t(hv) * kK + 4 * lane;
+  uint2 g16[kC];
+  if (!a.g_f32) {
+    const uint16_t* gp = static_cast<const uint16_t*>(a.g) + gofs;
+#pragma unroll
+    for (int r = 0; r < kC; ++r)
+      g16[r] = r < nvalid ? *reinterpret_cast<const uint2*>(gp + r * a.g_stride) : make_uint2(0u, 0u);
+  }
+  const float beta_raw = lane < kC ? load_beta_raw(a, tok0, lane, nvalid, hv) : 0.0f;
+  float bias[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  if (a.dt_bias) {
+    const float4 b = *reinterpret_cast<const float4*>(a.dt_bias + int64_t(hv) * kK + 4 * lane);
+    bias[0] = b.x, bias[1] = b.y, bias[2] = b.z, bias[3] = b.w;
+  }
+  const float A = gate_A(a, hv);
+
+  // The gate's cumulative log2 decays per anchor block (gate_scan's arithmetic, bit for bit: the
+  // same activation per element and the same running sum per column), row by row to shared
+  // memory.
+  __syncwarp();  // the previous chunk's reads of sm are done
+  float G[4];
+#pragma unroll
+  for (int r = 0; r < kC; ++r) {
+    float xs[4];
+    if (a.g_f32) {
+      const float4 v = r < nvalid ? *reinterpret_cast<const float4*>(
+                                        static_cast<const float*>(a.g) + gofs + r * a.g_stride)
+                                  : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      xs[0] = v.x, xs[1] = v.y, xs[2] = v.z, xs[3] = v.w;
+    } else {
+      xs[0] = bf16_lo(g16[r].x), xs[1] = bf16_hi(g16[r].x);
+      xs[2] = bf16_lo(g16[r].y), xs[3] = bf16_hi(g16[r].y);
+    }
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const float x1[1] = {xs[c]};
+      float al2[1];
+      const float f = gate_rows<true, 1>(a, x1, bias[c], A, nvalid - r, al2);
+      G[c] = fmaf(al2[0], f, r % kHalf == 0 ? 0.0f : G[c]);
+    }
+    *reinterpret_cast<float4*>(intra_warp_l(sm, r, lane)) = make_float4(G[0], G[1], G[2], G[3]);
+  }
+  if (lane < kC) sm.beta[lane] = lane < nvalid ? beta_activation(a, beta_raw) : 0.0f;
+
+  // Row norms of rows g, g + 8 (the lane's 32 columns, then the 4 lanes of the row).
+  float ssq[2] = {0.0f, 0.0f}, ssk[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr)
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float qf = bf16_of(qv[rr][i], j), kf = bf16_of(kv[rr][i], j);
+        ssq[rr] = fmaf(qf, qf, ssq[rr]);
+        ssk[rr] = fmaf(kf, kf, ssk[rr]);
+      }
+#pragma unroll
+  for (int o = 1; o < 4; o <<= 1)
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      ssq[rr] += __shfl_xor_sync(0xffffffffu, ssq[rr], o);
+      ssk[rr] += __shfl_xor_sync(0xffffffffu, ssk[rr], o);
+    }
+  float rq[2], rk[2];
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    rq[rr] = (a.l2norm ? device::rsqrt_approx(ssq[rr] + 1e-6f) : 1.0f) * a.scale;
+    rk[rr] = a.l2norm ? device::rsqrt_approx(ssk[rr] + 1e-6f) : 1.0f;
+  }
+  loaded();
+  __syncwarp();  // L and beta stored
+
+  // The products: per k step, the lane's two key columns of rows g, g + 8 as truncated tf32
+  // operands carrying 1 + kTruncBias through the row norms (anchored_block's arithmetic).
+  float kb[2], qb[2];
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    kb[rr] = rk[rr] * (1.0f + kTruncBias);
+    qb[rr] = rq[rr] * (1.0f + kTruncBias);
+  }
+  float kd0[4] = {}, ko0[4] = {}, kd1[4] = {};  // A' tiles: n-tile 0 diagonal / off-diagonal, 1
+  float qd0[4] = {}, qo0[4] = {}, qd1[4] = {};  // A_qk tiles
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {  // columns 32 i + 8 t + 4 hh .. + 3: k steps 4 i + 2 hh, + 1
+      const int chunk = 8 * i + 2 * t + hh;
+      const float4 l0 = *reinterpret_cast<const float4*>(intra_warp_l(sm, g, chunk));
+      const float4 l1 = *reinterpret_cast<const float4*>(intra_warp_l(sm, g + kHalf, chunk));
+      const float4 l7 = *reinterpret_cast<const float4*>(intra_warp_l(sm, kHalf - 1, chunk));
+      const float Lr[2][4] = {{l0.x, l0.y, l0.z, l0.w}, {l1.x, l1.y, l1.z, l1.w}};
+      const float L7[4] = {l7.x, l7.y, l7.z, l7.w};
+#pragma unroll
+      for (int m = 0; m < 2; ++m) {
+        uint32_t akt[4], aqt[4], bkd[2][2], bko[2];
+#pragma unroll
+        for (int p = 0; p < 2; ++p) {  // k slot t + 4 p: column 32 i + 8 t + 4 hh + 2 m + p
+          const int jj = 2 * m + p, j = 4 * hh + jj;
+#pragma unroll
+          for (int rr = 0; rr < 2; ++rr) {
+            const float kn = bf16_of(kv[rr][i], j) * kb[rr], qn = bf16_of(qv[rr][i], j) * qb[rr];
+            const float e = ex2_approx(Lr[rr][jj]);  // <= 1
+            akt[2 * p + rr] = __float_as_uint(kn * e);
+            aqt[2 * p + rr] = __float_as_uint(qn * e);
+            const float d = kn * ex2_approx(-Lr[rr][jj]);  // <= 2^58 k^ (bounded_spans_fit)
+            bkd[rr][p] = __float_as_uint(d);
+            if (rr == 0) bko[p] = __float_as_uint(d * ex2_approx(L7[jj]));  // k^ 2^(G_7 - G)
+          }
+        }
+        device::mma_m16n8k8_tf32(kd0, akt, bkd[0][0], bkd[0][1]);
+        device::mma_m16n8k8_tf32(ko0, akt, bko[0], bko[1]);
+        device::mma_m16n8k8_tf32(kd1, akt, bkd[1][0], bkd[1][1]);
+        device::mma_m16n8k8_tf32(qd0, aqt, bkd[0][0], bkd[0][1]);
+        device::mma_m16n8k8_tf32(qo0, aqt, bko[0], bko[1]);
+        device::mma_m16n8k8_tf32(qd1, aqt, bkd[1][0], bkd[1][1]);
+      }
+    }
+  // Rows g (f < 2) and g + 8 (f >= 2), columns 2 t + f % 2 (n-tile 0) and 8 + 2 t + f % 2
+  // (n-tile 1); the block below the diagonal (rows 8..15, columns 0..7) from the off-diagonal
+  // tiles.
+#pragma unroll
+  for (int f = 0; f < 4; ++f) {
+    const int row = g + (f >= 2 ? kHalf : 0), col = 2 * t + (f & 1);
+    const float a0 = f >= 2 ? ko0[f] : kd0[f], q0 = f >= 2 ? qo0[f] : qd0[f];
+    const float b = sm.beta[row];
+    sm.nmat[row][col] = col < row ? b * a0 : 0.0f;
+    sm.aqk[row][col] = col <= row ? tf32_operand(q0) : 0.0f;
+    sm.nmat[row][kHalf + col] = kHalf + col < row ? b * kd1[f] : 0.0f;
+    sm.aqk[row][kHalf + col] = kHalf + col <= row ? tf32_operand(qd1[f]) : 0.0f;
+  }
+  __syncwarp();
+  // The record: [Tb kC x kC][A_qk kC x kC][rq kC][rk kC].
+#pragma unroll
+  for (int j = 0; j < kC * kC / 4 / 32; ++j) {
+    const int e = 4 * (lane + 32 * j);
+    *reinterpret_cast<float4*>(ws + kC * kC + e) =
+        *reinterpret_cast<const float4*>(&sm.aqk[e / kC][e % kC]);
+  }
+  if (t == 0) {
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      ws[2 * kC * kC + g + kHalf * rr] = rq[rr];
+      ws[2 * kC * kC + kC + g + kHalf * rr] = rk[rr];
+    }
+  }
+  if (lane < kC) invert_unit_lower(sm.nmat, sm.beta, lane, ws);
+}
+
+// Grid: (ceil(chunk slots / kIntraWarps), HV); warp w of CTA x takes chunk slot kIntraWarps x + w
+// (the slot rules of intra_kernel).
+__global__ void __launch_bounds__(32 * kIntraWarps, kIntraWarpCtasPerSm)
+    intra_warp_kernel(const __grid_constant__ PrefillArgs a) {
+  extern __shared__ __align__(128) unsigned char smem_bytes[];
+  auto& sm = *reinterpret_cast<IntraWarpPlan*>(smem_bytes);
+  device::griddep_launch_dependents();  // as intra_kernel
+  const int warp = threadIdx.x >> 5;
+  const int64_t slot = int64_t(blockIdx.x) * kIntraWarps + warp;
+  const int hv = blockIdx.y;
+  if (slot >= a.chunk_slots) return;
+  int64_t tok0;
+  int nvalid;
+  if (a.slot_map) {
+    const int2 m = a.slot_map[slot];
+    tok0 = m.x, nvalid = m.y;
+  } else {
+    const int64_t n = slot_sequence(a, slot);
+    const int64_t bos = seq_begin(a, n);
+    const int64_t eos = seq_end(a, n, bos);
+    const int64_t c = slot - slot_base(bos, n);
+    tok0 = bos + c * kC;
+    nvalid = c < 0 || tok0 >= eos ? 0 : int(eos - tok0 < kC ? eos - tok0 : kC);
+  }
+  if (nvalid == 0) return;
+  intra_warp_chunk(a, sm.w[warp], chunk_ws(a, slot, hv), hv, tok0, nvalid, [] {});
+}
+
+// One chunk of the streamed kernel, then its count: a __syncwarp orders the whole warp's record
+// stores before lane 0's release (its fence stalls this warp alone). Not inlined: inside the
+// kernel's tile loop ptxas kept loop-invariant values in registers and spilled ~270 bytes per
+// thread.
+__device__ __noinline__ void intra_warp_streamed_chunk(const PrefillArgs& a, IntraWarpSmem& sm,
+                                                       const IntraTile& x) {
+  intra_warp_chunk(a, sm, chunk_ws(a, x.slot, x.hv), x.hv, x.tok0, x.nvalid, [] {});
+  __syncwarp();
+  if ((threadIdx.x & 31) == 0) device::red_release_add(&a.ready[x.counter], 1u);
+}
+
+// The streamed form (intra_streamed_kernel's queue, ready counters and retire rule, per warp
+// instead of per CTA): lane 0 claims the warp's next tile while it works on the current one and
+// counts each chunk as soon as its record is stored.
+__global__ void __launch_bounds__(32 * kIntraWarps, kIntraWarpCtasPerSm)
+    intra_warp_streamed_kernel(const __grid_constant__ PrefillArgs a) {
+  extern __shared__ __align__(128) unsigned char smem_bytes[];
+  auto& sm = *reinterpret_cast<IntraWarpPlan*>(smem_bytes);
+  device::griddep_launch_dependents();  // the scan grid starts once every CTA here has started
+  StreamQueue& queue = *a.queue;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const bool keeper = device::sm_id() < uint32_t(a.keep_sms);
+  auto claim = [&]() -> int64_t {  // lane 0
+    if (!keeper && device::ld_relaxed(&queue.next) >= uint64_t(a.retire_tile) &&
+        device::ld_relaxed(&queue.keepers) > 0)
+      return -1;
+    const int64_t t = int64_t(atomicAdd(&queue.next, 1ull));
+    return t < a.intra_tiles ? t : -1;
+  };
+  int64_t tile = -1;
+  if (lane == 0) {
+    if (keeper) atomicAdd(&queue.keepers, 1ull);
+    tile = claim();
+  }
+  tile = __shfl_sync(0xffffffffu, tile, 0);
+#pragma unroll 1
+  while (tile >= 0) {
+    const int64_t next = lane == 0 ? claim() : 0;  // its latency overlaps the chunk
+    const IntraTile x = intra_tile(a, tile);
+    if (x.nvalid > 0) intra_warp_streamed_chunk(a, sm.w[warp], x);
+    tile = __shfl_sync(0xffffffffu, next, 0);
+  }
+}
+
+}  // namespace fastkda::prefill_cuda
