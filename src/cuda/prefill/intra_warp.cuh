@@ -5,10 +5,10 @@
 //
 // Why this layout works: in mma.m16n8k8 (tf32) lane (g, t) = (lane / 4, lane % 4) feeds A rows g
 // and g + 8 at k slots t and t + 4, and B columns (tokens) g at the same k slots. For A' = kt kd^T
-// (and A_qk = qt ko^T...) the B tokens of n-tile 0 (tokens 0..7) and of n-tile 1 (8..15) are the
-// lane's own A rows g and g + 8, and the k slots may stand for any key columns as long as every
-// lane agrees: k step 4 i + m gives slot t the key column 32 i + 8 t + 2 m and slot t + 4 the next
-// one. So lane (g, t) owns rows g, g + 8 and the 32 key columns 32 i + 8 t + j (i < 4, j < 8) of q
+// and A_qk = qt kd^T (ko instead of kd below the diagonal) the B tokens of n-tile 0 (tokens 0..7)
+// and of n-tile 1 (8..15) are the lane's own A rows g and g + 8, and the k slots may stand for any
+// key columns as long as every lane agrees: k step 4 i + 2 hh + m gives slot t the key column
+// 32 i + 8 t + 4 hh + 2 m and slot t + 4 the next one. So lane (g, t) owns rows g, g + 8 and the 32 key columns 32 i + 8 t + j (i < 4, j < 8) of q
 // and k for the whole chunk (four 16-byte loads per row and tensor) and forms kt, qt, kd, ko of
 // exactly the fragments it feeds. Only the cumulative gate crosses lanes (a column sum over the
 // chunk's rows): lane l activates and sums key columns 4 l .. 4 l + 3 of all 16 rows (the same
