@@ -102,6 +102,23 @@ __device__ __forceinline__ void init_full_barrier(IntraPlan& sm) {
   device::fence_mbarrier_init();
 }
 
+// The chunk of chunk slot `slot`: its first token and rows (0: a slot before the first sequence or
+// past a sequence's last chunk). Varlen batches read slot_map_kernel's entry, the others search.
+__device__ __forceinline__ void slot_chunk(const PrefillArgs& a, int64_t slot, int64_t& tok0,
+                                           int& nvalid) {
+  if (a.slot_map) {
+    const int2 m = a.slot_map[slot];
+    tok0 = m.x, nvalid = m.y;
+  } else {
+    const int64_t n = slot_sequence(a, slot);
+    const int64_t bos = seq_begin(a, n);
+    const int64_t eos = seq_end(a, n, bos);
+    const int64_t c = slot - slot_base(bos, n);
+    tok0 = bos + c * kC;
+    nvalid = c < 0 || tok0 >= eos ? 0 : int(eos - tok0 < kC ? eos - tok0 : kC);
+  }
+}
+
 __global__ void __launch_bounds__(kPrepThreads, kIntraCtasPerSm)
     intra_kernel(const __grid_constant__ PrefillArgs a) {
   extern __shared__ __align__(128) unsigned char smem_bytes[];
@@ -114,17 +131,7 @@ __global__ void __launch_bounds__(kPrepThreads, kIntraCtasPerSm)
 
   int64_t tok0;
   int nvalid;
-  if (a.slot_map) {  // varlen: the slot's chunk from slot_map_kernel
-    const int2 m = a.slot_map[slot];
-    tok0 = m.x, nvalid = m.y;
-  } else {
-    const int64_t n = slot_sequence(a, slot);
-    const int64_t bos = seq_begin(a, n);
-    const int64_t eos = seq_end(a, n, bos);
-    const int64_t c = slot - slot_base(bos, n);
-    tok0 = bos + c * kC;
-    nvalid = c < 0 || tok0 >= eos ? 0 : int(eos - tok0 < kC ? eos - tok0 : kC);
-  }
+  slot_chunk(a, slot, tok0, nvalid);
   if (nvalid == 0) return;  // a slot before the first sequence or past a sequence's end
   if (threadIdx.x == 0) {
     init_full_barrier(sm);

@@ -235,17 +235,7 @@ __global__ void __launch_bounds__(32 * kIntraWarps, kIntraWarpCtasPerSm)
   if (slot >= a.chunk_slots) return;
   int64_t tok0;
   int nvalid;
-  if (a.slot_map) {
-    const int2 m = a.slot_map[slot];
-    tok0 = m.x, nvalid = m.y;
-  } else {
-    const int64_t n = slot_sequence(a, slot);
-    const int64_t bos = seq_begin(a, n);
-    const int64_t eos = seq_end(a, n, bos);
-    const int64_t c = slot - slot_base(bos, n);
-    tok0 = bos + c * kC;
-    nvalid = c < 0 || tok0 >= eos ? 0 : int(eos - tok0 < kC ? eos - tok0 : kC);
-  }
+  slot_chunk(a, slot, tok0, nvalid);
   if (nvalid == 0) return;
   intra_warp_chunk(a, sm.w[warp], chunk_ws(a, slot, hv), hv, tok0, nvalid, [] {});
 }
