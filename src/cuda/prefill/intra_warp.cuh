@@ -8,12 +8,13 @@
 // and A_qk = qt kd^T (ko instead of kd below the diagonal) the B tokens of n-tile 0 (tokens 0..7)
 // and of n-tile 1 (8..15) are the lane's own A rows g and g + 8, and the k slots may stand for any
 // key columns as long as every lane agrees: k step 4 i + 2 hh + m gives slot t the key column
-// 32 i + 8 t + 4 hh + 2 m and slot t + 4 the next one. So lane (g, t) owns rows g, g + 8 and the 32 key columns 32 i + 8 t + j (i < 4, j < 8) of q
-// and k for the whole chunk (four 16-byte loads per row and tensor) and forms kt, qt, kd, ko of
-// exactly the fragments it feeds. Only the cumulative gate crosses lanes (a column sum over the
-// chunk's rows): lane l activates and sums key columns 4 l .. 4 l + 3 of all 16 rows (the same
-// arithmetic, bit for bit, as gate_scan) and hands the sums over through 8 KiB of shared memory.
-// No CTA barrier: the warps of a CTA are independent chunks.
+// 32 i + 8 t + 4 hh + 2 m and slot t + 4 the next one. So lane (g, t) owns rows g, g + 8 and the
+// 32 key columns 32 i + 8 t + j (i < 4, j < 8) of q and k for the whole chunk (four 16-byte loads
+// per row and tensor) and forms kt, qt, kd, ko of exactly the fragments it feeds. Only the
+// cumulative gate crosses lanes (a column sum over the chunk's rows): lane l activates and sums
+// key columns 4 l .. 4 l + 3 of all 16 rows (the same arithmetic, bit for bit, as gate_scan) and
+// hands the sums over through 8 KiB of shared memory. No CTA barrier: the warps of a CTA are
+// independent chunks.
 #pragma once
 
 #include "cuda/prefill/intra_kernel.cuh"
@@ -49,12 +50,9 @@ __device__ __forceinline__ float bf16_of(const uint4& u, int j) {  // element j 
 }
 
 // One chunk (tok0 .. tok0 + nvalid - 1 of value head hv, a.gate == Gate::kBounded) by this warp:
-// the record (Tb, A_qk, rq, rk) to ws. loaded() runs on every lane once the chunk's loads were
-// consumed (the streamed kernel counts its previous chunk there).
-template <class Loaded>
+// the record (Tb, A_qk, rq, rk) to ws.
 __device__ __forceinline__ void intra_warp_chunk(const PrefillArgs& a, IntraWarpSmem& sm,
-                                                 float* ws, int hv, int64_t tok0, int nvalid,
-                                                 Loaded&& loaded) {
+                                                 float* ws, int hv, int64_t tok0, int nvalid) {
   using device::ex2_approx;
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int h = hv / a.group;
@@ -80,7 +78,8 @@ __device__ __forceinline__ void intra_warp_chunk(const PrefillArgs& a, IntraWarp
     const uint16_t* gp = static_cast<const uint16_t*>(a.g) + gofs;
 #pragma unroll
     for (int r = 0; r < kC; ++r)
-      g16[r] = r < nvalid ? *reinterpret_cast<const uint2*>(gp + r * a.g_stride) : make_uint2(0u, 0u);
+      g16[r] = r < nvalid ? *reinterpret_cast<const uint2*>(gp + r * a.g_stride)
+                          : make_uint2(0u, 0u);
   }
   const float beta_raw = lane < kC ? load_beta_raw(a, tok0, lane, nvalid, hv) : 0.0f;
   float bias[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -143,7 +142,6 @@ __device__ __forceinline__ void intra_warp_chunk(const PrefillArgs& a, IntraWarp
     rq[rr] = (a.l2norm ? device::rsqrt_approx(ssq[rr] + 1e-6f) : 1.0f) * a.scale;
     rk[rr] = a.l2norm ? device::rsqrt_approx(ssk[rr] + 1e-6f) : 1.0f;
   }
-  loaded();
   __syncwarp();  // L and beta stored
 
   // The products: per k step, the lane's two key columns of rows g, g + 8 as truncated tf32
@@ -237,7 +235,7 @@ __global__ void __launch_bounds__(32 * kIntraWarps, kIntraWarpCtasPerSm)
   int nvalid;
   slot_chunk(a, slot, tok0, nvalid);
   if (nvalid == 0) return;
-  intra_warp_chunk(a, sm.w[warp], chunk_ws(a, slot, hv), hv, tok0, nvalid, [] {});
+  intra_warp_chunk(a, sm.w[warp], chunk_ws(a, slot, hv), hv, tok0, nvalid);
 }
 
 // One chunk of the streamed kernel, then its count: a __syncwarp orders the whole warp's record
@@ -246,7 +244,7 @@ __global__ void __launch_bounds__(32 * kIntraWarps, kIntraWarpCtasPerSm)
 // thread.
 __device__ __noinline__ void intra_warp_streamed_chunk(const PrefillArgs& a, IntraWarpSmem& sm,
                                                        const IntraTile& x) {
-  intra_warp_chunk(a, sm, chunk_ws(a, x.slot, x.hv), x.hv, x.tok0, x.nvalid, [] {});
+  intra_warp_chunk(a, sm, chunk_ws(a, x.slot, x.hv), x.hv, x.tok0, x.nvalid);
   __syncwarp();
   if ((threadIdx.x & 31) == 0) device::red_release_add(&a.ready[x.counter], 1u);
 }
