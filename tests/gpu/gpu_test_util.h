@@ -243,6 +243,7 @@ struct Result {
 
 struct DeviceInputs {
   DeviceBuf q, k, v, g, beta, A_log, dt_bias, cu, indices;
+  size_t dt_bias_offset = 0;  // floats: run_gpu passes dt_bias + dt_bias_offset
   explicit DeviceInputs(const Problem& p)
       : q(p.q.data(), p.q.bytes()),
         k(p.k.data(), p.k.bytes()),
@@ -292,8 +293,8 @@ inline Result run_gpu(const Problem& p, const DeviceInputs& d, cudaStream_t stre
   const std::vector<int32_t> cu32(p.cu.begin(), p.cu.end());  // for cu_seqlens_host
   fastkda::ForwardParams f = p.params(
       {d.q.get(), d.k.get(), d.v.get(), d.g.get(), d.beta.get(), d.cu.get(),
-       static_cast<const float*>(d.A_log.get()), static_cast<const float*>(d.dt_bias.get()),
-       out.get(), init.get(), p.c.in_place ? init.get() : fin.get(),
+       static_cast<const float*>(d.A_log.get()),
+       static_cast<const float*>(d.dt_bias.get()) + d.dt_bias_offset, out.get(), init.get(), p.c.in_place ? init.get() : fin.get(),
        static_cast<const int32_t*>(d.indices.get())},
       fastkda::Device::kCUDA);
   f.stream = stream;

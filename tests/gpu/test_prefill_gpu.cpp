@@ -402,6 +402,26 @@ TEST(PrefillGpu, BitwiseReruns) {
   EXPECT_TRUE(a.state.same_bits(b.state)) << p.describe();
 }
 
+// dt_bias needs only its f32 alignment (the intra kernels read it by scalars): a pointer 4 bytes
+// past a 16-byte boundary gives the aligned run's result bit for bit, on both intra plans.
+TEST(PrefillGpu, DtBiasUnaligned) {
+  FASTKDA_REQUIRE_GPU();
+  Case c;
+  c.T = 300, c.HV = 2;
+  Problem p(c);
+  DeviceInputs aligned(p), shifted(p);
+  std::vector<float> pad(p.dt_bias.size() + 1, 0.0f);
+  std::copy(p.dt_bias.begin(), p.dt_bias.end(), pad.begin() + 1);
+  shifted.dt_bias = DeviceBuf(pad.data(), pad.size() * 4);
+  shifted.dt_bias_offset = 1;
+  for (const char* stream : {"0", "1"}) {
+    ScopedEnv env("FASTKDA_PREFILL_STREAM", stream);
+    const Result a = run_gpu(p, aligned), b = run_gpu(p, shifted);
+    EXPECT_TRUE(a.out.same_bits(b.out)) << "stream " << stream << "  " << p.describe();
+    EXPECT_TRUE(a.state.same_bits(b.state)) << "stream " << stream << "  " << p.describe();
+  }
+}
+
 // Varlen == separate calls, bit for bit (each (sequence, head) is computed independently).
 TEST(PrefillGpu, VarlenEqualsSeparateCalls) {
   FASTKDA_REQUIRE_GPU();

@@ -83,9 +83,9 @@ __device__ __forceinline__ void intra_warp_chunk(const PrefillArgs& a, IntraWarp
   }
   const float beta_raw = lane < kC ? load_beta_raw(a, tok0, lane, nvalid, hv) : 0.0f;
   float bias[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  if (a.dt_bias) {
-    const float4 b = *reinterpret_cast<const float4*>(a.dt_bias + int64_t(hv) * kK + 4 * lane);
-    bias[0] = b.x, bias[1] = b.y, bias[2] = b.z, bias[3] = b.w;
+  if (a.dt_bias) {  // scalar loads: dt_bias has no alignment requirement beyond its f32 type
+#pragma unroll
+    for (int c = 0; c < 4; ++c) bias[c] = a.dt_bias[int64_t(hv) * kK + 4 * lane + c];
   }
   const float A = gate_A(a, hv);
 
