@@ -161,6 +161,12 @@ __device__ __forceinline__ float load_beta_raw(const PrefillArgs& a, int64_t tok
 // Returns the factor f of the log2-decays al2[row] * f: the bounded gate leaves its constant
 // lower_bound log2(e) to the caller's cumulative sum (one FMA per row instead of a multiply and an
 // add); the other gates return 1 (an FMA with 1 is the add, bit for bit).
+// The bounded gate's sigmoid(-(x + bias) A) = 1 / (1 + 2^(x c + bias c)) with c = -A log2(e),
+// which gate_rows' factor lower_bound log2(e) turns into the log2 decay.
+__device__ __forceinline__ float bounded_log2_decay(float x, float c, float bc) {
+  return device::rcp_approx(1.0f + device::ex2_approx(fmaf(x, c, bc)));
+}
+
 template <bool kBounded = false, int kN = kC>
 __device__ __forceinline__ float gate_rows(const PrefillArgs& a, const float (&x)[kN], float bias,
                                            float A, int nvalid, float (&al2)[kN]) {
@@ -172,8 +178,7 @@ __device__ __forceinline__ float gate_rows(const PrefillArgs& a, const float (&x
     case Gate::kBounded: {
       const float c = -A * kLog2e, bc = bias * c;
 #pragma unroll
-      for (int row = 0; row < kN; ++row)
-        al2[row] = device::rcp_approx(1.0f + ex2_approx(fmaf(x[row], c, bc)));
+      for (int row = 0; row < kN; ++row) al2[row] = bounded_log2_decay(x[row], c, bc);
       factor = a.lower_bound_log2;
       break;
     }

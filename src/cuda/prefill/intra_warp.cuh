@@ -28,6 +28,7 @@ struct IntraWarpSmem {
   // chunk l) and the fragment loads (rows 2 q, 2 q + 1 and t = 0..3 per quarter warp: chunks
   // 8 i + 2 t + h) are conflict-free.
   float L[kC][kK];
+  float p7[kK];          // 2^G_7 per key column (the first anchor block's ko = kd 2^G_7)
   float nmat[kC][kLdN];  // N = strictly_lower(diag(beta) A')
   float aqk[kC][kC];     // A_qk (tf32-rounded), copied to the record
   float beta[kC];        // activated beta (0 past the sequence end)
@@ -94,26 +95,50 @@ __device__ __forceinline__ void intra_warp_chunk(const PrefillArgs& a, IntraWarp
   // memory.
   __syncwarp();  // the previous chunk's reads of sm are done
   float G[4];
-#pragma unroll
-  for (int r = 0; r < kC; ++r) {
-    float xs[4];
-    if (a.g_f32) {
-      const float4 v = r < nvalid ? *reinterpret_cast<const float4*>(
-                                        static_cast<const float*>(a.g) + gofs + r * a.g_stride)
-                                  : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      xs[0] = v.x, xs[1] = v.y, xs[2] = v.z, xs[3] = v.w;
-    } else {
-      xs[0] = bf16_lo(g16[r].x), xs[1] = bf16_hi(g16[r].x);
-      xs[2] = bf16_lo(g16[r].y), xs[3] = bf16_hi(g16[r].y);
-    }
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      const float x1[1] = {xs[c]};
-      float al2[1];
-      const float f = gate_rows<true, 1>(a, x1, bias[c], A, nvalid - r, al2);
-      G[c] = fmaf(al2[0], f, r % kHalf == 0 ? 0.0f : G[c]);
-    }
+  auto store_row = [&](int r) {
     *reinterpret_cast<float4*>(intra_warp_l(sm, r, lane)) = make_float4(G[0], G[1], G[2], G[3]);
+    if (r == kHalf - 1)
+      *reinterpret_cast<float4*>(&sm.p7[4 * lane]) =
+          make_float4(ex2_approx(G[0]), ex2_approx(G[1]), ex2_approx(G[2]), ex2_approx(G[3]));
+  };
+  if (!a.g_f32 && nvalid == kC) {
+    // A whole chunk of a bf16 gate (the common case): gate_rows' bounded arithmetic without its
+    // row selects and the f32 loads.
+    const float c = -A * kLog2e, f = a.lower_bound_log2;
+    float bc[4];
+#pragma unroll
+    for (int cc = 0; cc < 4; ++cc) bc[cc] = bias[cc] * c;
+#pragma unroll
+    for (int r = 0; r < kC; ++r) {
+      const float xs[4] = {bf16_lo(g16[r].x), bf16_hi(g16[r].x), bf16_lo(g16[r].y),
+                           bf16_hi(g16[r].y)};
+#pragma unroll
+      for (int cc = 0; cc < 4; ++cc)
+        G[cc] = fmaf(bounded_log2_decay(xs[cc], c, bc[cc]), f, r % kHalf == 0 ? 0.0f : G[cc]);
+      store_row(r);
+    }
+  } else {
+#pragma unroll
+    for (int r = 0; r < kC; ++r) {
+      float xs[4];
+      if (a.g_f32) {
+        const float4 v = r < nvalid ? *reinterpret_cast<const float4*>(
+                                          static_cast<const float*>(a.g) + gofs + r * a.g_stride)
+                                    : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        xs[0] = v.x, xs[1] = v.y, xs[2] = v.z, xs[3] = v.w;
+      } else {
+        xs[0] = bf16_lo(g16[r].x), xs[1] = bf16_hi(g16[r].x);
+        xs[2] = bf16_lo(g16[r].y), xs[3] = bf16_hi(g16[r].y);
+      }
+#pragma unroll
+      for (int cc = 0; cc < 4; ++cc) {
+        const float x1[1] = {xs[cc]};
+        float al2[1];
+        const float f = gate_rows<true, 1>(a, x1, bias[cc], A, nvalid - r, al2);
+        G[cc] = fmaf(al2[0], f, r % kHalf == 0 ? 0.0f : G[cc]);
+      }
+      store_row(r);
+    }
   }
   if (lane < kC) sm.beta[lane] = lane < nvalid ? beta_activation(a, beta_raw) : 0.0f;
 
@@ -145,13 +170,9 @@ __device__ __forceinline__ void intra_warp_chunk(const PrefillArgs& a, IntraWarp
   __syncwarp();  // L and beta stored
 
   // The products: per k step, the lane's two key columns of rows g, g + 8 as truncated tf32
-  // operands carrying 1 + kTruncBias through the row norms (anchored_block's arithmetic).
-  float kb[2], qb[2];
-#pragma unroll
-  for (int rr = 0; rr < 2; ++rr) {
-    kb[rr] = rk[rr] * (1.0f + kTruncBias);
-    qb[rr] = rq[rr] * (1.0f + kTruncBias);
-  }
+  // operands, without the row norms: q 2^L, k 2^L, k 2^-L and (rows 0..7) k 2^(G_7 - L). The norms
+  // and the truncation's compensation (1 + kTruncBias per operand, anchored_block) scale the
+  // results: row r, column s of A' by rk_r rk_s (1 + kTruncBias)^2, of A_qk by rq_r rk_s (...)^2.
   float kd0[4] = {}, ko0[4] = {}, kd1[4] = {};  // A' tiles: n-tile 0 diagonal / off-diagonal, 1
   float qd0[4] = {}, qo0[4] = {}, qd1[4] = {};  // A_qk tiles
 #pragma unroll
@@ -161,9 +182,9 @@ __device__ __forceinline__ void intra_warp_chunk(const PrefillArgs& a, IntraWarp
       const int chunk = 8 * i + 2 * t + hh;
       const float4 l0 = *reinterpret_cast<const float4*>(intra_warp_l(sm, g, chunk));
       const float4 l1 = *reinterpret_cast<const float4*>(intra_warp_l(sm, g + kHalf, chunk));
-      const float4 l7 = *reinterpret_cast<const float4*>(intra_warp_l(sm, kHalf - 1, chunk));
+      const float4 q7 = *reinterpret_cast<const float4*>(&sm.p7[4 * chunk]);
       const float Lr[2][4] = {{l0.x, l0.y, l0.z, l0.w}, {l1.x, l1.y, l1.z, l1.w}};
-      const float L7[4] = {l7.x, l7.y, l7.z, l7.w};
+      const float P7[4] = {q7.x, q7.y, q7.z, q7.w};
 #pragma unroll
       for (int m = 0; m < 2; ++m) {
         uint32_t akt[4], aqt[4], bkd[2][2], bko[2];
@@ -172,13 +193,13 @@ __device__ __forceinline__ void intra_warp_chunk(const PrefillArgs& a, IntraWarp
           const int jj = 2 * m + p, j = 4 * hh + jj;
 #pragma unroll
           for (int rr = 0; rr < 2; ++rr) {
-            const float kn = bf16_of(kv[rr][i], j) * kb[rr], qn = bf16_of(qv[rr][i], j) * qb[rr];
+            const float kf = bf16_of(kv[rr][i], j), qf = bf16_of(qv[rr][i], j);
             const float e = ex2_approx(Lr[rr][jj]);  // <= 1
-            akt[2 * p + rr] = __float_as_uint(kn * e);
-            aqt[2 * p + rr] = __float_as_uint(qn * e);
-            const float d = kn * ex2_approx(-Lr[rr][jj]);  // <= 2^58 k^ (bounded_spans_fit)
+            akt[2 * p + rr] = __float_as_uint(kf * e);
+            aqt[2 * p + rr] = __float_as_uint(qf * e);
+            const float d = kf * ex2_approx(-Lr[rr][jj]);  // <= 2^58 k (bounded_spans_fit)
             bkd[rr][p] = __float_as_uint(d);
-            if (rr == 0) bko[p] = __float_as_uint(d * ex2_approx(L7[jj]));  // k^ 2^(G_7 - G)
+            if (rr == 0) bko[p] = __float_as_uint(d * P7[jj]);  // k 2^(G_7 - G)
           }
         }
         device::mma_m16n8k8_tf32(kd0, akt, bkd[0][0], bkd[0][1]);
@@ -192,15 +213,25 @@ __device__ __forceinline__ void intra_warp_chunk(const PrefillArgs& a, IntraWarp
   // Rows g (f < 2) and g + 8 (f >= 2), columns 2 t + f % 2 (n-tile 0) and 8 + 2 t + f % 2
   // (n-tile 1); the block below the diagonal (rows 8..15, columns 0..7) from the off-diagonal
   // tiles.
+  // The column scales: rk (1 + kTruncBias) of tokens 2 t + p and 8 + 2 t + p (rows of lanes
+  // 4 (2 t + p)).
+  constexpr float kComp = 1.0f + kTruncBias;
+  float ck[2][2];
+#pragma unroll
+  for (int p = 0; p < 2; ++p)
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr)
+      ck[rr][p] = __shfl_sync(0xffffffffu, rk[rr], 4 * (2 * t + p)) * kComp;
 #pragma unroll
   for (int f = 0; f < 4; ++f) {
-    const int row = g + (f >= 2 ? kHalf : 0), col = 2 * t + (f & 1);
-    const float a0 = f >= 2 ? ko0[f] : kd0[f], q0 = f >= 2 ? qo0[f] : qd0[f];
-    const float b = sm.beta[row];
-    sm.nmat[row][col] = col < row ? b * a0 : 0.0f;
-    sm.aqk[row][col] = col <= row ? tf32_operand(q0) : 0.0f;
-    sm.nmat[row][kHalf + col] = kHalf + col < row ? b * kd1[f] : 0.0f;
-    sm.aqk[row][kHalf + col] = kHalf + col <= row ? tf32_operand(qd1[f]) : 0.0f;
+    const int rr = f >= 2, row = g + (rr ? kHalf : 0), col = 2 * t + (f & 1);
+    const float a0 = rr ? ko0[f] : kd0[f], q0 = rr ? qo0[f] : qd0[f];
+    const float b = sm.beta[row] * (rk[rr] * kComp), sq = rq[rr] * kComp;
+    sm.nmat[row][col] = col < row ? b * (a0 * ck[0][f & 1]) : 0.0f;
+    sm.aqk[row][col] = col <= row ? tf32_operand(sq * (q0 * ck[0][f & 1])) : 0.0f;
+    sm.nmat[row][kHalf + col] = kHalf + col < row ? b * (kd1[f] * ck[1][f & 1]) : 0.0f;
+    sm.aqk[row][kHalf + col] =
+        kHalf + col <= row ? tf32_operand(sq * (qd1[f] * ck[1][f & 1])) : 0.0f;
   }
   __syncwarp();
   // The record: [Tb kC x kC][A_qk kC x kC][rq kC][rk kC].
