@@ -78,9 +78,8 @@ __device__ __forceinline__ void intra_warp_chunk(const PrefillArgs& a, IntraWarp
   if (!a.g_f32) {
     const uint16_t* gp = static_cast<const uint16_t*>(a.g) + gofs;
 #pragma unroll
-    for (int r = 0; r < kC; ++r)
-      g16[r] = r < nvalid ? *reinterpret_cast<const uint2*>(gp + r * a.g_stride)
-                          : make_uint2(0u, 0u);
+    for (int r = 0; r < kC; ++r, gp += a.g_stride)  // a pointer step per row: 2 adds
+      g16[r] = r < nvalid ? *reinterpret_cast<const uint2*>(gp) : make_uint2(0u, 0u);
   }
   const float beta_raw = lane < kC ? load_beta_raw(a, tok0, lane, nvalid, hv) : 0.0f;
   float bias[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -142,25 +141,34 @@ __device__ __forceinline__ void intra_warp_chunk(const PrefillArgs& a, IntraWarp
   }
   if (lane < kC) sm.beta[lane] = lane < nvalid ? beta_activation(a, beta_raw) : 0.0f;
 
-  // Row norms of rows g, g + 8 (the lane's 32 columns, then the 4 lanes of the row).
-  float ssq[2] = {0.0f, 0.0f}, ssk[2] = {0.0f, 0.0f};
+  // Row norms of rows g, g + 8 on the tensor cores, exactly (bf16 products, f32 sums): the A
+  // operand of mma.m16n8k16 is a 16-byte piece of row g (or g + 8) of q (or k) as loaded, its
+  // column pairs 0, 2 in A row g and 1, 3 in A row g + 8; with B token g pairs 0, 2 of the same
+  // piece D[g][g] sums their squares, with pairs 1, 3 (another accumulator: each product's other
+  // row is a cross term) D[g + 8][g]. Both are in lane (g, g / 2).
+  float gram[2][2][2][4] = {};  // [rows g / g + 8][q / k][pairs 0, 2 / 1, 3]
 #pragma unroll
-  for (int rr = 0; rr < 2; ++rr)
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const float qf = bf16_of(qv[rr][i], j), kf = bf16_of(kv[rr][i], j);
-        ssq[rr] = fmaf(qf, qf, ssq[rr]);
-        ssk[rr] = fmaf(kf, kf, ssk[rr]);
-      }
-#pragma unroll
-  for (int o = 1; o < 4; o <<= 1)
+  for (int i = 0; i < 4; ++i)
 #pragma unroll
     for (int rr = 0; rr < 2; ++rr) {
-      ssq[rr] += __shfl_xor_sync(0xffffffffu, ssq[rr], o);
-      ssk[rr] += __shfl_xor_sync(0xffffffffu, ssk[rr], o);
+      const uint32_t aq[4] = {qv[rr][i].x, qv[rr][i].y, qv[rr][i].z, qv[rr][i].w};
+      const uint32_t ak[4] = {kv[rr][i].x, kv[rr][i].y, kv[rr][i].z, kv[rr][i].w};
+      device::mma_m16n8k16_bf16(gram[rr][0][0], aq, aq[0], aq[2]);
+      device::mma_m16n8k16_bf16(gram[rr][0][1], aq, aq[1], aq[3]);
+      device::mma_m16n8k16_bf16(gram[rr][1][0], ak, ak[0], ak[2]);
+      device::mma_m16n8k16_bf16(gram[rr][1][1], ak, ak[1], ak[3]);
     }
+  float ssq[2], ssk[2];
+  const int src = 4 * g + (g >> 1);
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    float d[2];
+#pragma unroll
+    for (int x = 0; x < 2; ++x)
+      d[x] = g & 1 ? gram[rr][x][0][1] + gram[rr][x][1][3] : gram[rr][x][0][0] + gram[rr][x][1][2];
+    ssq[rr] = __shfl_sync(0xffffffffu, d[0], src);
+    ssk[rr] = __shfl_sync(0xffffffffu, d[1], src);
+  }
   float rq[2], rk[2];
 #pragma unroll
   for (int rr = 0; rr < 2; ++rr) {
