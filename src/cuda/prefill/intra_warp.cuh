@@ -141,22 +141,26 @@ __device__ __forceinline__ void intra_warp_chunk(const PrefillArgs& a, IntraWarp
   }
   if (lane < kC) sm.beta[lane] = lane < nvalid ? beta_activation(a, beta_raw) : 0.0f;
 
-  // Row norms of rows g, g + 8 on the tensor cores, exactly (bf16 products, f32 sums): the A
-  // operand of mma.m16n8k16 is a 16-byte piece of row g (or g + 8) of q (or k) as loaded, its
-  // column pairs 0, 2 in A row g and 1, 3 in A row g + 8; with B token g pairs 0, 2 of the same
-  // piece D[g][g] sums their squares, with pairs 1, 3 (another accumulator: each product's other
-  // row is a cross term) D[g + 8][g]. Both are in lane (g, g / 2).
-  float gram[2][2][2][4] = {};  // [rows g / g + 8][q / k][pairs 0, 2 / 1, 3]
+  // Row norms of rows g, g + 8 on the tensor cores, exactly (bf16 products, f32 sums): in
+  // mma.m16n8k8 the A rows g, g + 8 are two column pairs (registers) of a 16-byte piece of row g
+  // (or g + 8) of q (or k) as loaded, B token g the first of them (D[g][g] sums its squares) or
+  // the second (D[g + 8][g], another accumulator: each product's other row holds cross terms).
+  // Both are in lane (g, g / 2). (m16n8k16 would need its B pairs in consecutive registers: a
+  // move per register.)
+  float gram[2][2][2][4] = {};  // [rows g / g + 8][q / k][first / second pairs]
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
     for (int rr = 0; rr < 2; ++rr) {
-      const uint32_t aq[4] = {qv[rr][i].x, qv[rr][i].y, qv[rr][i].z, qv[rr][i].w};
-      const uint32_t ak[4] = {kv[rr][i].x, kv[rr][i].y, kv[rr][i].z, kv[rr][i].w};
-      device::mma_m16n8k16_bf16(gram[rr][0][0], aq, aq[0], aq[2]);
-      device::mma_m16n8k16_bf16(gram[rr][0][1], aq, aq[1], aq[3]);
-      device::mma_m16n8k16_bf16(gram[rr][1][0], ak, ak[0], ak[2]);
-      device::mma_m16n8k16_bf16(gram[rr][1][1], ak, ak[1], ak[3]);
+      const uint4 piece[2] = {qv[rr][i], kv[rr][i]};
+#pragma unroll
+      for (int x = 0; x < 2; ++x) {
+        const uint4& u = piece[x];
+        device::mma_m16n8k8_bf16(gram[rr][x][0], u.x, u.y, u.x);
+        device::mma_m16n8k8_bf16(gram[rr][x][0], u.z, u.w, u.z);
+        device::mma_m16n8k8_bf16(gram[rr][x][1], u.x, u.y, u.y);
+        device::mma_m16n8k8_bf16(gram[rr][x][1], u.z, u.w, u.w);
+      }
     }
   float ssq[2], ssk[2];
   const int src = 4 * g + (g >> 1);
