@@ -21,8 +21,8 @@ __device__ __forceinline__ void mma_m16n8k8_tf32(float (&d)[4], const uint32_t (
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// D += A B, m16n8k16, bf16 operands (pairs packed with the lower k index in the low half), f32
-// accumulate.
+// D += A B, m16n8k8, bf16 operands (a0: row g, a1: row g + 8, b0: column g; pairs packed with the
+// lower k index in the low half), f32 accumulate.
 __device__ __forceinline__ void mma_m16n8k8_bf16(float (&d)[4], uint32_t a0, uint32_t a1,
                                                  uint32_t b0) {
   asm volatile(
@@ -31,6 +31,9 @@ __device__ __forceinline__ void mma_m16n8k8_bf16(float (&d)[4], uint32_t a0, uin
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a0), "r"(a1), "r"(b0));
 }
+
+// D += A B, m16n8k16, bf16 operands (pairs packed with the lower k index in the low half), f32
+// accumulate.
 __device__ __forceinline__ void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4],
                                                   uint32_t b0, uint32_t b1) {
   asm volatile(

@@ -148,6 +148,12 @@ __device__ __forceinline__ float load_beta_raw(const PrefillArgs& a, int64_t tok
   return load_f32_or_bf16(a.beta, a.beta_f32, (tok0 + row) * a.beta_stride + hv);
 }
 
+// The bounded gate's sigmoid(A (x + bias)) = 1 / (1 + 2^(x c + bias c)) with c = -A log2(e),
+// which gate_rows' factor lower_bound log2(e) turns into the log2 decay.
+__device__ __forceinline__ float bounded_log2_decay(float x, float c, float bc) {
+  return device::rcp_approx(1.0f + device::ex2_approx(fmaf(x, c, bc)));
+}
+
 // Log2-decays of one key column for the kC rows of a chunk (rows >= nvalid: 0). The mode switch
 // sits outside the row loop so the rows are independent straight-line code (ILP).
 //
@@ -161,12 +167,6 @@ __device__ __forceinline__ float load_beta_raw(const PrefillArgs& a, int64_t tok
 // Returns the factor f of the log2-decays al2[row] * f: the bounded gate leaves its constant
 // lower_bound log2(e) to the caller's cumulative sum (one FMA per row instead of a multiply and an
 // add); the other gates return 1 (an FMA with 1 is the add, bit for bit).
-// The bounded gate's sigmoid(-(x + bias) A) = 1 / (1 + 2^(x c + bias c)) with c = -A log2(e),
-// which gate_rows' factor lower_bound log2(e) turns into the log2 decay.
-__device__ __forceinline__ float bounded_log2_decay(float x, float c, float bc) {
-  return device::rcp_approx(1.0f + device::ex2_approx(fmaf(x, c, bc)));
-}
-
 template <bool kBounded = false, int kN = kC>
 __device__ __forceinline__ float gate_rows(const PrefillArgs& a, const float (&x)[kN], float bias,
                                            float A, int nvalid, float (&al2)[kN]) {
