@@ -9,7 +9,8 @@
 #                                            interleaved ROUNDS times (default 2); a table last
 #
 # Device call: run(command="scripts/ab_branches.sh run", carry=["build-gpu/ab"]). Env: BENCH_FILTER
-# (shape substring), TEST_FILTER (gtest filter), SANITIZE (binary names for compute-sanitizer).
+# (shape substring), TEST_FILTER (gtest filter), SANITIZE (binary names for compute-sanitizer),
+# AB_SEEDS (pinned seeds of the adversarial tests per build, worst final states; default 2, 0: off).
 # Full logs: $OUT/ab_logs.tgz (or build-gpu/ab/logs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -47,6 +48,17 @@ run() {
       > "$out/tests_$name.log" 2>&1
     summary+="$name tests rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$out/tests_$name.log" | tr '\n' ' ')"$'\n'
     summary+="$(grep -E 'FAILED  \]' "$out/tests_$name.log" | sort -u)"$'\n'
+    # Precision per build (AB_SEEDS pinned seeds of the adversarial tests; 0: skipped): a change
+    # can stay inside the tests' bounds and still lose accuracy (session 19's intra operands
+    # doubled the collinear case's state error, seen only in the final seeds run).
+    if [ "${AB_SEEDS:-2}" -gt 0 ]; then
+      local seeds_out
+      seeds_out=$(BIN="$bin" OUT="$out/seeds_$name" SEEDS="${AB_SEEDS:-2}" \
+        scripts/gpu_check_prefill.sh seeds)
+      summary+="$name seeds ${AB_SEEDS:-2}: $(echo "$seeds_out" | grep -o '[0-9]* failed test runs');"
+      summary+=" worst: $(echo "$seeds_out" | grep -A8 '^seeds' | tail -n +2 | sort -g | tail -3 |
+        awk '{printf "%s %s %s %s | ", $1, $3, $4, $5}')"$'\n'
+    fi
   done
   # Optional: compute-sanitizer on chosen binaries (SANITIZE="name ...", SANITIZE_STEP=racecheck
   # or sanitize for memcheck too), every value split and split T (gpu_check_prefill.sh).
