@@ -74,6 +74,8 @@ def mm(a, b, mode):
         r = tf32(a * np.float32(1 + TRUNC_BIAS)).astype(np.float64) @ tf32_trunc(b).astype(np.float64)
     elif mode == "tf32_atc":  # a (a prepare-formed smem operand) scaled by 1 + TRUNC_BIAS, truncated
         r = tf32_trunc(a * np.float32(1 + TRUNC_BIAS)).astype(np.float64) @ tf32(b).astype(np.float64)
+    elif mode == "tf32_t":  # both truncated, unscaled
+        r = tf32_trunc(a).astype(np.float64) @ tf32_trunc(b).astype(np.float64)
     elif mode == "tf32_tc":  # both truncated, each scaled by 1 + TRUNC_BIAS first
         c = np.float32(1 + TRUNC_BIAS)
         r = tf32_trunc(a * c).astype(np.float64) @ tf32_trunc(b * c).astype(np.float64)
@@ -137,11 +139,24 @@ def chunk_operands(q, k, v, a, beta, scale, c0, n, modes):
                 fs = np.exp(Gx[ai] - G[cols])
             bad = ~(fs <= 2.0**100).all(axis=1)  # span over the clamp (or inf)
             fs[bad] = 0
-            kr = (kc[r] * fr).astype(f)[None]
-            qr = (qc[r] * fr).astype(f)[None]
-            ks = (kc[cols] * fs).astype(f)
-            ap = mm(kr, ks.T, modes["intra"])[0]
-            aq = mm(qr, ks.T, modes["intra"])[0]
+            if modes["intra"] == "tf32_post":
+                # raw bf16 operands truncated, the norms and (1 + TRUNC_BIAS)^2 on the results
+                # (session 19's first warp intra kernel; bench/precision_intra_operands.py)
+                qraw, kraw = (x[c0 : c0 + n] for x in RAW_QK[id(k)])
+                rq = 1 / np.sqrt((qraw * qraw).sum(1) + 1e-6)
+                rk = 1 / np.sqrt((kraw * kraw).sum(1) + 1e-6)
+                c2 = float(np.float32(1 + TRUNC_BIAS)) ** 2
+                kr = (kraw[r] * fr).astype(f)[None]
+                qr = (qraw[r] * fr).astype(f)[None]
+                ks = (kraw[cols] * fs).astype(f)
+                ap = (mm(kr, ks.T, "tf32_t")[0] * rk[r] * rk[cols] * c2).astype(f)
+                aq = (mm(qr, ks.T, "tf32_t")[0] * rq[r] * rk[cols] * c2).astype(f)
+            else:
+                kr = (kc[r] * fr).astype(f)[None]
+                qr = (qc[r] * fr).astype(f)[None]
+                ks = (kc[cols] * fs).astype(f)
+                ap = mm(kr, ks.T, modes["intra"])[0]
+                aq = mm(qr, ks.T, modes["intra"])[0]
             for x, sc in enumerate(cols):
                 if bad[x]:
                     e = np.exp(G[r] - G[sc])  # the exact-rows fallback: f32 pairs
@@ -201,7 +216,10 @@ def chunked(q, k, v, a, beta, S0, scale, C, modes, seg=0):
     initial states by the sequential combine S_in' = A S_in + S_end (mode "combine") and the
     outputs o = o_zero + O_X S_in (mode "fix")."""
     f = np.float32
+    raw = RAW_QK.get(id(k))
     q, k, v, a, beta = (np.asarray(x, f) for x in (q, k, v, a, beta))
+    if raw is not None:
+        RAW_QK[id(k)] = raw  # the f32 copy of k is what chunk_operands sees
     T = q.shape[0]
     out = np.zeros((T, V), f)
     chunks = [(c0, min(C, T - c0)) for c0 in range(0, T, C)]
@@ -231,6 +249,11 @@ def chunked(q, k, v, a, beta, S0, scale, C, modes, seg=0):
 
 def rms_rel(x, ref):
     return float(np.linalg.norm(x - ref) / max(np.linalg.norm(ref), 1e-300))
+
+
+# The raw bf16 q and k of each case (before the l2 norm), by id of its normalized k: the
+# "tf32_post" intra mode forms its operands from them, as session 19's first warp intra kernel did.
+RAW_QK = {}
 
 
 def make_case(name, T, rng):
@@ -265,6 +288,7 @@ def make_case(name, T, rng):
         raise ValueError(name)
     qn = q / np.sqrt((q * q).sum(1, keepdims=True) + 1e-6)
     kn = k / np.sqrt((k * k).sum(1, keepdims=True) + 1e-6)
+    RAW_QK[id(kn)] = (q, k)
     beta = 1 / (1 + np.exp(-bf(blog)))
     return qn, kn, v, a, beta, S0
 
@@ -404,6 +428,11 @@ SEED_CONFIGS = {
     ),
     "C16 kVs = 32 path, intra truncated, -W / qs rounded (session 15)": (16, KVS32_S15),
     "C16 kVs = 32 path, intra and -W / qs truncated, scaled (session 16)": (16, KVS32_S16),
+    "C16 as GPU, intra from raw bf16, norms on the results (main at 7e434ae; fix pending)": (
+        16,
+        {**KEPT, "floor2": 128, "ks": "tf32_atc", "reassoc_v": "bf16x3", "qs": "tf32_atc",
+         "intra": "tf32_post"},
+    ),
     "C16 kept, floor -128, V_new = Tb (v - kw S), Tb (.) bf16x3": (
         16,
         {**KEPT, "floor2": 128, "ks": "tf32", "reassoc_v": "bf16x3"},
@@ -424,6 +453,8 @@ def state_error_over_seeds(args, scale):
         x = make_case(args.case, args.T, np.random.default_rng(seed))
         xs.append((x, reference(*x, scale)[1]))
     for name, (C, modes) in SEED_CONFIGS.items():
+        if args.only and not any(o in name for o in args.only.split("|")):
+            continue
         e = np.sort([rms_rel(chunked(*x, scale, C, modes)[1].astype(np.float64), r) for x, r in xs])
         q90 = e[min(len(e) - 1, int(0.9 * len(e)))]
         print(f"| {name} | {np.median(e):.2e} | {q90:.2e} | {e[-1]:.2e} |", flush=True)
@@ -435,7 +466,8 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--seeds", type=int, default=0, help="> 0: final-state error over seeds")
     ap.add_argument("--case", default="softplus -1000 test", help="the case of --seeds")
-    ap.add_argument("--only", default="", help="run only the configs whose name contains this")
+    ap.add_argument("--only", default="", help="run only the configs whose name contains this "
+                    "(several: separated by |)")
     args = ap.parse_args()
     scale = K**-0.5
     if args.seeds:
@@ -460,7 +492,7 @@ def main():
         + " |"
     )
     for name, (C, modes, *seg) in CONFIGS.items():
-        if args.only and args.only not in name:
+        if args.only and not any(o in name for o in args.only.split("|")):
             continue
         cells = []
         for cname in cases:
