@@ -294,8 +294,8 @@ inline Result run_gpu(const Problem& p, const DeviceInputs& d, cudaStream_t stre
   fastkda::ForwardParams f = p.params(
       {d.q.get(), d.k.get(), d.v.get(), d.g.get(), d.beta.get(), d.cu.get(),
        static_cast<const float*>(d.A_log.get()),
-       static_cast<const float*>(d.dt_bias.get()) + d.dt_bias_offset, out.get(), init.get(), p.c.in_place ? init.get() : fin.get(),
-       static_cast<const int32_t*>(d.indices.get())},
+       static_cast<const float*>(d.dt_bias.get()) + d.dt_bias_offset, out.get(), init.get(),
+       p.c.in_place ? init.get() : fin.get(), static_cast<const int32_t*>(d.indices.get())},
       fastkda::Device::kCUDA);
   f.stream = stream;
   if (p.c.boundary) {

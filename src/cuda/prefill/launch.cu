@@ -277,7 +277,8 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
   // 0.895 / 0.900 / 0.913 / 0.927 ms at 34 / 37 / 40 / 42 / 44 / 48 / 52 %; 40 % (39.7) is the
   // retire point of a 0.88 us tile.
   // Session 18: the bounded gate's warp intra kernels (intra_warp.cuh) take ~0.66 SM-us per grid
-  // tile (H64 T8192: 163 us); not refitted, since no measured row's plan would change with it.
+  // tile (H64 T8192: 163 us), ~0.57 since session 19 (141 us); not refitted, since no measured
+  // row's plan would change with it.
   constexpr double kIntraTileUs = 0.92, kStreamedTileUs = 0.88, kStreamedScan = 1.025;
   // Tiles of the streamed kernel: every chunk index of the longest sequence for every sequence
   // and head (fixed length, or one sequence: no empty tile).
