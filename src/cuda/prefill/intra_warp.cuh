@@ -183,9 +183,10 @@ __device__ __forceinline__ void intra_warp_chunk(const PrefillArgs& a, IntraWarp
 
   // The products: per k step, the lane's two key columns of rows g, g + 8 as truncated tf32
   // operands carrying 1 + kTruncBias through the row norms (anchored_block's arithmetic). (Not
-  // the raw bf16 q, k with the norms and the compensation applied to the results: a bf16 value
-  // times 2^L with L near 0 fits tf32 exactly, is not truncated, and the compensation then biases
-  // it; measured, session 19: the collinear case's final state 9.7e-5 -> 2.0e-4.)
+  // the raw bf16 q, k with the norms and the compensation on the results: a bf16 value times 2^L
+  // near 1 is exact in tf32 or lies just below a short-mantissa value, so its truncation error is
+  // not what the compensation assumes; bench/precision_intra_operands.py, and on the GPU session
+  // 19's seeds: the collinear case's final state 9.7e-5 -> 2.0e-4.)
   float kb[2], qb[2];
 #pragma unroll
   for (int rr = 0; rr < 2; ++rr) {
