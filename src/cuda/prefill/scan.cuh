@@ -385,28 +385,33 @@ __device__ __forceinline__ void scan_chunk_wg(const PrefillArgs& a, const WgScan
       mma_m16n8k16_bf16(vn[mr], xh, h0, h1);
     }
   }
-  if constexpr (kOut) {
-    // Intra-chunk part of O^T: V_new^T A_qk^T by mma.sync (A_qk lower triangular: 3 tiles),
-    // B from A_qk^T's core-matrix layout (slot t <- key 2t, slot t + 4 <- 2t + 1: wg_slot). As a
-    // wgmma on a slice of the m64n32 accumulator it made ptxas serialise every wgmma of the
-    // chunk (C7511).
-    const unsigned char* aq = sb.aqk;
+  // The output (A_qk part, staging, store): with one warpgroup in the state update's shadow
+  // (it reads none of the update's registers), with two before it.
+  auto output = [&] {
+    if constexpr (kOut) {
+      // Intra-chunk part of O^T: V_new^T A_qk^T by mma.sync (A_qk lower triangular: 3 tiles),
+      // B from A_qk^T's core-matrix layout (slot t <- key 2t, slot t + 4 <- 2t + 1: wg_slot). As a
+      // wgmma on a slice of the m64n32 accumulator it made ptxas serialise every wgmma of the
+      // chunk (C7511).
+      const unsigned char* aq = sb.aqk;
 #pragma unroll
-    for (int m = 0; m < kTiles; ++m) {
-      uint32_t av[4];
-      acc_to_a(vn[m], av);
+      for (int m = 0; m < kTiles; ++m) {
+        uint32_t av[4];
+        acc_to_a(vn[m], av);
 #pragma unroll
-      for (int mr = m; mr < kTiles; ++mr)  // token tile mr of O^T reads source tile m
-        device::mma_m16n8k8_tf32(
-            o[mr], av,
-            *reinterpret_cast<const uint32_t*>(
-                aq + wg_tf32_offset(8 * mr + g, 8 * m + 2 * t, kWgSboTok)),
-            *reinterpret_cast<const uint32_t*>(
-                aq + wg_tf32_offset(8 * mr + g, 8 * m + 2 * t + 1, kWgSboTok)));
+        for (int mr = m; mr < kTiles; ++mr)  // token tile mr of O^T reads source tile m
+          device::mma_m16n8k8_tf32(
+              o[mr], av,
+              *reinterpret_cast<const uint32_t*>(
+                  aq + wg_tf32_offset(8 * mr + g, 8 * m + 2 * t, kWgSboTok)),
+              *reinterpret_cast<const uint32_t*>(
+                  aq + wg_tf32_offset(8 * mr + g, 8 * m + 2 * t + 1, kWgSboTok)));
+      }
+      store_out_tile<two_scan_warpgroups<kVs>()>(a, ostage, o, out_rows, nvalid);
     }
-  }
-
-  if constexpr (kOut) store_out_tile<two_scan_warpgroups<kVs>()>(a, ostage, o, out_rows, nvalid);
+  };
+  constexpr bool kOutLate = !two_scan_warpgroups<kVs>();
+  if constexpr (!kOutLate) output();
 
   // S^T = S^T diag(decay) + V_new^T ke, split bf16 as in scan_chunk: one m64n128k16 per product.
   uint32_t vh[4], vl[4];
@@ -424,6 +429,7 @@ __device__ __forceinline__ void scan_chunk_wg(const PrefillArgs& a, const WgScan
   wgmma_m64n128k16_bf16_rs(S64, vh, desc_kl, true);
   wgmma_m64n128k16_bf16_rs(S64, vh, desc_kh, true);
   wgmma_commit_group();
+  if constexpr (kOutLate) output();
 
   wgmma_wait_group<0>();
   wgmma_fence_operands(S64);
