@@ -93,7 +93,7 @@ __device__ __forceinline__ void intra_warp_chunk(const PrefillArgs& a, IntraWarp
   // same activation per element and the same running sum per column), row by row to shared
   // memory.
   __syncwarp();  // the previous chunk's reads of sm are done
-  float G[4];
+  float G[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // set by each anchor block's first row
   auto store_row = [&](int r) {
     *reinterpret_cast<float4*>(intra_warp_l(sm, r, lane)) = make_float4(G[0], G[1], G[2], G[3]);
     if (r == kHalf - 1)
