@@ -148,6 +148,11 @@ __device__ __forceinline__ float load_beta_raw(const PrefillArgs& a, int64_t tok
   return load_f32_or_bf16(a.beta, a.beta_f32, (tok0 + row) * a.beta_stride + hv);
 }
 
+// 1 / ||x|| from the squared norm ss (the oracle's l2norm epsilon), or 1 without l2norm.
+__device__ __forceinline__ float inv_row_norm(const PrefillArgs& a, float ss) {
+  return a.l2norm ? device::rsqrt_approx(ss + 1e-6f) : 1.0f;
+}
+
 // The bounded gate's sigmoid(A (x + bias)) = 1 / (1 + 2^(x c + bias c)) with c = -A log2(e),
 // which gate_rows' factor lower_bound log2(e) turns into the log2 decay.
 __device__ __forceinline__ float bounded_log2_decay(float x, float c, float bc) {
@@ -318,7 +323,7 @@ __device__ __forceinline__ void gate_scan(const PrefillArgs& a, Priv& pp, const 
 #pragma unroll
     for (int pass = 0; pass < 2; ++pass) {
       const int idx = warp * kRowsPerWarp + 4 * pass + lane / 8;
-      const float rn = a.l2norm ? device::rsqrt_approx(ss[pass] + 1e-6f) : 1.0f;
+      const float rn = inv_row_norm(a, ss[pass]);
       if (idx < kC)
         pp.rq[idx] = rn * a.scale;  // the attention scale folded in: q^ scale = q (rq scale)
       else

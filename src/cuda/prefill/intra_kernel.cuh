@@ -162,6 +162,22 @@ __device__ __forceinline__ IntraTile intra_tile(const PrefillArgs& a, int64_t t)
           tok0 < eos ? int(eos - tok0 < kC ? eos - tok0 : kC) : 0};
 }
 
+// The retire rule of both streamed intra kernels (below and intra_warp_streamed_kernel), by the
+// one thread that claims for its CTA (or warp): the next tile, or -1 when none is left or this
+// claimer stops (not a keeper, tile a.retire_tile claimed, and some keeper running). Keepers
+// count themselves once (keeper_started) before their first claim.
+__device__ __forceinline__ int64_t claim_tile(const PrefillArgs& a, StreamQueue& queue,
+                                              bool keeper) {
+  if (!keeper && device::ld_relaxed(&queue.next) >= uint64_t(a.retire_tile) &&
+      device::ld_relaxed(&queue.keepers) > 0)
+    return -1;
+  const int64_t t = int64_t(atomicAdd(&queue.next, 1ull));
+  return t < a.intra_tiles ? t : -1;
+}
+__device__ __forceinline__ void keeper_started(StreamQueue& queue) {
+  atomicAdd(&queue.keepers, 1ull);
+}
+
 // The streamed intra kernel (launch.cu Plan::streamed): a persistent grid of kIntraCtasPerSm
 // CTAs per SM, started before the scan, whose CTAs take tiles in time order (intra_tile) from a
 // counter in the workspace and count each chunk in its ready counter after its record (the scan's
@@ -185,13 +201,7 @@ __global__ void __launch_bounds__(kPrepThreads, kIntraCtasPerSm)
   const bool keeper = device::sm_id() < uint32_t(a.keep_sms);
   // The next tile (-1: none left, or this CTA retires), and its start in sm.tile[k] with its
   // loads issued.
-  auto claim = [&]() -> int64_t {
-    if (!keeper && device::ld_relaxed(&queue.next) >= uint64_t(a.retire_tile) &&
-        device::ld_relaxed(&queue.keepers) > 0)
-      return -1;
-    const int64_t t = int64_t(atomicAdd(&queue.next, 1ull));
-    return t < a.intra_tiles ? t : -1;
-  };
+  auto claim = [&] { return claim_tile(a, queue, keeper); };
   auto start = [&](int k, int64_t t) {
     const IntraTile x = intra_tile(a, t);
     sm.tile[k] = x;
@@ -199,7 +209,7 @@ __global__ void __launch_bounds__(kPrepThreads, kIntraCtasPerSm)
   };
   if (control) {
     init_full_barrier(sm);
-    if (keeper) atomicAdd(&queue.keepers, 1ull);
+    if (keeper) keeper_started(queue);
     start(0, claim());
   }
   __syncthreads();  // the mbarrier is initialised, sm.tile[0] set

@@ -176,8 +176,8 @@ __device__ __forceinline__ void intra_warp_chunk(const PrefillArgs& a, IntraWarp
   float rq[2], rk[2];
 #pragma unroll
   for (int rr = 0; rr < 2; ++rr) {
-    rq[rr] = (a.l2norm ? device::rsqrt_approx(ssq[rr] + 1e-6f) : 1.0f) * a.scale;
-    rk[rr] = a.l2norm ? device::rsqrt_approx(ssk[rr] + 1e-6f) : 1.0f;
+    rq[rr] = inv_row_norm(a, ssq[rr]) * a.scale;
+    rk[rr] = inv_row_norm(a, ssk[rr]);
   }
   __syncwarp();  // L and beta stored
 
@@ -301,16 +301,10 @@ __global__ void __launch_bounds__(32 * kIntraWarps, kIntraWarpCtasPerSm)
   StreamQueue& queue = *a.queue;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const bool keeper = device::sm_id() < uint32_t(a.keep_sms);
-  auto claim = [&]() -> int64_t {  // lane 0
-    if (!keeper && device::ld_relaxed(&queue.next) >= uint64_t(a.retire_tile) &&
-        device::ld_relaxed(&queue.keepers) > 0)
-      return -1;
-    const int64_t t = int64_t(atomicAdd(&queue.next, 1ull));
-    return t < a.intra_tiles ? t : -1;
-  };
+  auto claim = [&] { return claim_tile(a, queue, keeper); };  // lane 0
   int64_t tile = -1;
   if (lane == 0) {
-    if (keeper) atomicAdd(&queue.keepers, 1ull);
+    if (keeper) keeper_started(queue);
     tile = claim();
   }
   tile = __shfl_sync(0xffffffffu, tile, 0);

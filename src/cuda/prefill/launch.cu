@@ -388,6 +388,16 @@ void launch(const PrefillArgs& a, int64_t ctas, bool pdl, cudaStream_t stream) {
   FASTKDA_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, a));
 }
 
+// A kernel of this file with `smem` bytes of dynamic shared memory (the attribute set first), on
+// `stream`, launch errors checked.
+void launch_with_smem(void (*kernel)(PrefillArgs), dim3 grid, int threads, size_t smem,
+                      cudaStream_t stream, const PrefillArgs& a) {
+  FASTKDA_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  kernel<<<grid, threads, smem, stream>>>(a);
+  FASTKDA_CUDA_CHECK(cudaGetLastError());
+}
+
 template <prefill_cuda::Pass kPass>
 void launch_scan(const PrefillArgs& a, int64_t ctas, bool pdl, cudaStream_t stream) {
   switch (a.vsplit) {
@@ -535,38 +545,23 @@ void prefill(const ForwardParams& p) {
   if (plan.streamed) {
     // Ready counters and queue zeroed, then the persistent intra grid, then the scan beside it.
     FASTKDA_CUDA_CHECK(cudaMemsetAsync(a.ready, 0, stream_ws_bytes(p, plan), stream));
-    if (warp_intra) {
-      constexpr size_t intra_smem = sizeof(prefill_cuda::IntraWarpPlan);
-      FASTKDA_CUDA_CHECK(cudaFuncSetAttribute(prefill_cuda::intra_warp_streamed_kernel,
-                                              cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                              int(intra_smem)));
-      prefill_cuda::intra_warp_streamed_kernel<<<
-          unsigned(plan.sms * prefill_cuda::kIntraWarpCtasPerSm), 32 * prefill_cuda::kIntraWarps,
-          intra_smem, stream>>>(a);
-    } else {
-      constexpr size_t intra_smem = sizeof(prefill_cuda::IntraPlan);
-      FASTKDA_CUDA_CHECK(cudaFuncSetAttribute(prefill_cuda::intra_streamed_kernel,
-                                              cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                              int(intra_smem)));
-      prefill_cuda::intra_streamed_kernel<<<unsigned(plan.sms * prefill_cuda::kIntraCtasPerSm),
-                                            prefill_cuda::kPrepThreads, intra_smem, stream>>>(a);
-    }
+    if (warp_intra)
+      launch_with_smem(prefill_cuda::intra_warp_streamed_kernel,
+                       unsigned(plan.sms * prefill_cuda::kIntraWarpCtasPerSm),
+                       32 * prefill_cuda::kIntraWarps, sizeof(prefill_cuda::IntraWarpPlan), stream,
+                       a);
+    else
+      launch_with_smem(prefill_cuda::intra_streamed_kernel,
+                       unsigned(plan.sms * prefill_cuda::kIntraCtasPerSm),
+                       prefill_cuda::kPrepThreads, sizeof(prefill_cuda::IntraPlan), stream, a);
   } else if (warp_intra) {
-    constexpr size_t intra_smem = sizeof(prefill_cuda::IntraWarpPlan);
-    FASTKDA_CUDA_CHECK(cudaFuncSetAttribute(prefill_cuda::intra_warp_kernel,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            int(intra_smem)));
     const int64_t ctas = (slots + prefill_cuda::kIntraWarps - 1) / prefill_cuda::kIntraWarps;
-    prefill_cuda::intra_warp_kernel<<<dim3(unsigned(ctas), unsigned(p.HV)),
-                                      32 * prefill_cuda::kIntraWarps, intra_smem, stream>>>(a);
+    launch_with_smem(prefill_cuda::intra_warp_kernel, dim3(unsigned(ctas), unsigned(p.HV)),
+                     32 * prefill_cuda::kIntraWarps, sizeof(prefill_cuda::IntraWarpPlan), stream, a);
   } else {
-    constexpr size_t intra_smem = sizeof(prefill_cuda::IntraPlan);
-    FASTKDA_CUDA_CHECK(cudaFuncSetAttribute(
-        prefill_cuda::intra_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(intra_smem)));
-    prefill_cuda::intra_kernel<<<dim3(unsigned(slots), unsigned(p.HV)), prefill_cuda::kPrepThreads,
-                                 intra_smem, stream>>>(a);
+    launch_with_smem(prefill_cuda::intra_kernel, dim3(unsigned(slots), unsigned(p.HV)),
+                     prefill_cuda::kPrepThreads, sizeof(prefill_cuda::IntraPlan), stream, a);
   }
-  FASTKDA_CUDA_CHECK(cudaGetLastError());
   a.jobs = ctas;
   if (!plan.seg_chunks) {
     launch_scan<Pass::kWhole>(a, plan.persistent ? std::min(ctas, int64_t(plan.sms)) : ctas,
@@ -574,15 +569,10 @@ void prefill(const ForwardParams& p) {
     return;
   }
   launch_scan<Pass::kTransitions>(a, ctas, /*pdl=*/true, stream);
-  {
-    constexpr size_t smem = prefill_cuda::combine_shared_bytes();
-    FASTKDA_CUDA_CHECK(cudaFuncSetAttribute(
-        prefill_cuda::combine_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    prefill_cuda::combine_kernel<<<dim3(unsigned(num_seq * p.HV),
-                                        unsigned(prefill_cuda::kV / prefill_cuda::kCombineRows)),
-                                   prefill_cuda::kCombineThreads, smem, stream>>>(a);
-    FASTKDA_CUDA_CHECK(cudaGetLastError());
-  }
+  launch_with_smem(prefill_cuda::combine_kernel,
+                   dim3(unsigned(num_seq * p.HV),
+                        unsigned(prefill_cuda::kV / prefill_cuda::kCombineRows)),
+                   prefill_cuda::kCombineThreads, prefill_cuda::combine_shared_bytes(), stream, a);
   a.jobs = ctas / 2;
   launch_scan<Pass::kOutputs>(a, ctas / 2, /*pdl=*/false, stream);
 }
