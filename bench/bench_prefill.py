@@ -5,7 +5,10 @@ fastkda's GPU times come from the C++ benchmark (fastkda_gpu_tests, PrefillBench
 one fastkda::forward, both prefill kernels, between CUDA events); pass its output with
 --fastkda <file>. When the Python extension is importable (fastkda.chunk_kda on CUDA tensors),
 --py also times it here, on fla's very inputs (column fastkda_py: CUDA events around the eager
-call, so host gaps are included).
+call, so its host gaps are included), and gives the same-process speed-up fla_gpu / fastkda_py
+(conservative: fla's host gaps are left out, fastkda's are not). Not torch.profiler for fastkda:
+its event list missed the extension's prefill kernels (0.080 ms per call at H64 fixed, against
+0.610 ms by events; session 21, bench/results/2026-11-30_s21/samecall_py/).
 
 fla is timed in this process: bf16 q, k, v, g ~ N(0, 1), bounded gate (safe_gate, lower_bound -5)
 with A_log and dt_bias, beta logits, in-kernel l2norm, f32 initial state, final state out;
@@ -189,7 +192,7 @@ def main():
     rows = []
     hdr = (
         "| shape | floor ms | fastkda ms | GB/s | % of floor | fastkda_py ms | fla_gpu ms | "
-        "fla_ev ms | speed-up (fla_gpu / fastkda) |"
+        "fla_ev ms | speed-up (fla_gpu / fastkda) | same-process speed-up (fla_gpu / fastkda_py) |"
     )
     with torch.inference_mode():
         for name, H, T, seqlens in SHAPES:
@@ -215,18 +218,19 @@ def main():
             pct = "-" if ms is None else f"{100 * fl / ms:.0f}%"
             ref = fla_gpu if fla_gpu is not None else fla_ev
             sp = "-" if (ms is None or ref is None) else f"{ref / ms:.2f}x"
+            sp_py = "-" if (py is None or fla_gpu is None) else f"{fla_gpu / py:.2f}x"
             rows.append(
                 f"| {name} | {fl:.3f} | {f(ms)} | {gbs} | {pct} | {f(py)} | {f(fla_gpu)} | "
-                f"{f(fla_ev)} | {sp} |"
+                f"{f(fla_ev)} | {sp} | {sp_py} |"
             )
             print(rows[-1], flush=True)
         for k, v in fk.items():
             if "@vsplit" in k:
                 rows.append(
                     f"| {k} | {v[1]:.3f} | {v[0]:.3f} | {v[2]:.0f} | "
-                    f"{100 * v[1] / v[0]:.0f}% | | | | |"
+                    f"{100 * v[1] / v[0]:.0f}% | | | | | |"
                 )
-    table = "\n".join([hdr, "|" + "---|" * 9, *rows])
+    table = "\n".join([hdr, "|" + "---|" * 10, *rows])
     print("\n" + table)
     if a.out:
         with open(a.out, "w") as fh:

@@ -4,7 +4,8 @@
 # Usage (repo root, on the GPU machine):
 #   scripts/gpu_check_prefill.sh [tests] [seeds] [sanitize|racecheck] [scanchain] [bench] [fla]
 #   env: BENCH_FILTER (shape substring), FLA_FILTER, TEST_FILTER (gtest filter), BIN (test binary),
-#        SEEDS (seeds step: how many pinned seeds, default 10), FLA_CACHE_OUT=1 (return fla's
+#        SEEDS (seeds step: how many pinned seeds, default 10), FASTKDA_PY=1 (fla step: also
+#        fastkda.chunk_kda in fla's process, package built there), FLA_CACHE_OUT=1 (return fla's
 #        Triton cache in parts; copy them into .triton-cache here and carry it in later calls
 #        to skip fla's autotuning), SANITIZE_CFGS (sanitize step: subset of "vs1 vs2 vs4
 #        seg64 stream persist")
@@ -109,9 +110,22 @@ for s in $steps; do
       elif [ -d .triton-cache ]; then
         cp -r .triton-cache/. "$TRITON_CACHE_DIR"/
       fi
+      # FASTKDA_PY=1: the Python package built here first (no network: carry .deps/cutlass_include;
+      # ~20 s with 16 jobs) and fastkda.chunk_kda timed in the same process on fla's very inputs.
+      py=()
+      if [ -n "${FASTKDA_PY:-}" ]; then
+        t0=$SECONDS
+        CMAKE_BUILD_PARALLEL_LEVEL=16 timeout 300 python3 -m pip install -q --no-build-isolation \
+          --no-deps --target /tmp/fastkda_py -Cbuild-dir=/tmp/fastkda_pybuild \
+          -Ccmake.define.FASTKDA_CUTLASS_INCLUDE="$PWD/.deps/cutlass_include" . \
+          > "$OUT/python_build.log" 2>&1
+        summary+="python build rc=$? ($((SECONDS - t0)) s)"$'\n'
+        export PYTHONPATH=/tmp/fastkda_py:${PYTHONPATH:-}
+        py=(--py)
+      fi
       FLA_FLASH_KDA=0 PYTHONUNBUFFERED=1 timeout ${FLA_TIMEOUT:-420} python3 bench/bench_prefill.py \
         --fastkda "$OUT/fastkda_bench.txt" --filter "${FLA_FILTER:-}" --out "$OUT/table.md" \
-        > "$OUT/fla_bench.log" 2>&1
+        ${py[@]+"${py[@]}"} > "$OUT/fla_bench.log" 2>&1
       summary+="fla rc=$?"$'\n'"$(grep '^|' "$OUT/fla_bench.log" | sort -u)"$'\n'
       if [ -n "${FLA_CACHE_OUT:-}" ] && [ -d "$TRITON_CACHE_DIR" ]; then
         tar czf - -C "$TRITON_CACHE_DIR" . | split -b 15m - "$OUT/triton_cache.tgz.part-"
