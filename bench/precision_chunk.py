@@ -223,6 +223,8 @@ def chunked(q, k, v, a, beta, S0, scale, C, modes, seg=0):
     T = q.shape[0]
     out = np.zeros((T, V), f)
     chunks = [(c0, min(C, T - c0)) for c0 in range(0, T, C)]
+    if not seg and "look" in modes:
+        return lookahead(q, k, v, a, beta, S0, scale, chunks, modes)
     if not seg:
         S = np.asarray(S0, f)
         for c0, n in chunks:
@@ -245,6 +247,34 @@ def chunked(q, k, v, a, beta, S0, scale, C, modes, seg=0):
             out[c0 : c0 + n] = o[:, :V] + mm(o[:, V:], S_in, modes.get("fix", "f32"))
         S_in = (mm(aug[:, V:], S_in, modes.get("combine", "f32")) + aug[:, :V]).astype(f)
     return out, S_in
+
+
+def lookahead(q, k, v, a, beta, S0, scale, chunks, modes):
+    """The shipped order (V_new = Tb (v - kw S), mode "reassoc_v") with one chunk of lookahead:
+    the products with the state entering chunk c, S_(c-1) = dC_(c-1) S_(c-2) + ke_(c-1)^T V_(c-1),
+    formed from the state one chunk older, as a scan would issue them beside chunk c - 1's
+    update:  kw_c S_(c-1) = kw_c (dC_(c-1) S_(c-2)) + (kw_c ke_(c-1)^T) V_(c-1), the same for qs.
+    Modes: "ks" / "qs" the products with the decayed older state (tf32 on the GPU), "look" the
+    16 x 16 products M = kw_c ke_(c-1)^T and qs_c ke_(c-1)^T, "look_c" M times V_(c-1). The first
+    chunk takes S0 directly."""
+    f = np.float32
+    out = np.zeros((q.shape[0], V), f)
+    S = np.asarray(S0, f)
+    prev = None  # (S_(c-2) decayed by dC_(c-1), ke_(c-1), V_(c-1))
+    for c0, n in chunks:
+        W, U, qs, Aqk, ke, dC, Tb, kw, vc = chunk_operands(q, k, v, a, beta, scale, c0, n, modes)
+        if prev is None:
+            kS, qS = mm(kw, S, modes["ks"]), mm(qs, S, modes["qs"])
+        else:
+            Sd, ke_p, V_p = prev
+            kS = mm(kw, Sd, modes["ks"]) + mm(mm(kw, ke_p.T, modes["look"]), V_p, modes["look_c"])
+            qS = mm(qs, Sd, modes["qs"]) + mm(mm(qs, ke_p.T, modes["look"]), V_p, modes["look_c"])
+        Vn = mm(Tb, (vc - kS).astype(f), modes["reassoc_v"]).astype(f)
+        out[c0 : c0 + n] = qS + mm(Aqk, Vn, modes["av"])
+        Sd = (dC[:, None] * S).astype(f)  # what the next chunk's big products read
+        S = (Sd + mm(ke.T, Vn, modes["su"])).astype(f)
+        prev = (Sd, ke, Vn)
+    return out, S
 
 
 def rms_rel(x, ref):
@@ -370,6 +400,26 @@ CONFIGS = {  # name: (C, modes[, split-T segment tokens])
         16,
         {**KEPT, "ks": "tf32", "reassoc_v": "bf16x3", "su": "bf16x2b"},
     ),
+    "C16 as GPU (kw / qs truncated, scaled), lookahead: M tf32, M V bf16x3": (
+        16,
+        {**KEPT, "ks": "tf32_atc", "reassoc_v": "bf16x3", "qs": "tf32_atc", "look": "tf32",
+         "look_c": "bf16x3"},
+    ),
+    "C16 as GPU, lookahead: M bf16x3, M V bf16x3": (
+        16,
+        {**KEPT, "ks": "tf32_atc", "reassoc_v": "bf16x3", "qs": "tf32_atc", "look": "bf16x3",
+         "look_c": "bf16x3"},
+    ),
+    "C16 as GPU, lookahead: M bf16x3, M V tf32": (
+        16,
+        {**KEPT, "ks": "tf32_atc", "reassoc_v": "bf16x3", "qs": "tf32_atc", "look": "bf16x3",
+         "look_c": "tf32"},
+    ),
+    "C16 as GPU, lookahead: M f32, M V f32 (the reassociation alone)": (
+        16,
+        {**KEPT, "ks": "tf32_atc", "reassoc_v": "bf16x3", "qs": "tf32_atc", "look": "f32",
+         "look_c": "f32"},
+    ),
     "C64 same precisions": (64, KEPT),
     "C64 same, Tb by 16-blocks, tf32 products": (64, {**KEPT, "solve": "tf32"}),
     "C64 same, Tb by 16-blocks, bf16x3 products": (64, {**KEPT, "solve": "bf16x3"}),
@@ -436,6 +486,21 @@ SEED_CONFIGS = {
     "C16 kept, floor -128, V_new = Tb (v - kw S), Tb (.) bf16x3": (
         16,
         {**KEPT, "floor2": 128, "ks": "tf32", "reassoc_v": "bf16x3"},
+    ),
+    "C16 as GPU (floor -128, kw / qs truncated, scaled), no lookahead": (
+        16,
+        {**KEPT, "floor2": 128, "ks": "tf32_atc", "reassoc_v": "bf16x3", "qs": "tf32_atc",
+         "intra": "tf32_tc"},
+    ),
+    "C16 as GPU + lookahead: M tf32, M V bf16x3": (
+        16,
+        {**KEPT, "floor2": 128, "ks": "tf32_atc", "reassoc_v": "bf16x3", "qs": "tf32_atc",
+         "intra": "tf32_tc", "look": "tf32", "look_c": "bf16x3"},
+    ),
+    "C16 as GPU + lookahead: M bf16x3, M V bf16x3": (
+        16,
+        {**KEPT, "floor2": 128, "ks": "tf32_atc", "reassoc_v": "bf16x3", "qs": "tf32_atc",
+         "intra": "tf32_tc", "look": "bf16x3", "look_c": "bf16x3"},
     ),
     "C16 kept, log2 decay per token >= -64": (16, {**KEPT, "floor2": 64}),
     "C64 kept, log2 decay per token >= -128": (64, {**KEPT, "floor2": 128}),
