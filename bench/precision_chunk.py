@@ -332,6 +332,11 @@ KEPT = dict(intra="tf32", wu="bf16x3", ws="tf32", qs="tf32", av="tf32", su="bf16
 # wgmma stage's kw and qs.
 KVS32_S15 = {**KEPT, "floor2": 128, "intra": "tf32_tc"}
 KVS32_S16 = {**KVS32_S15, "ws": "tf32_atc", "qs": "tf32_atc"}
+# The wgmma stage's order and operands (V_new = Tb (v - kw S), kw / qs truncated and scaled): the
+# base of the lookahead configurations; with the decay floor and the intra operands as on the GPU
+# for the seeds study.
+AS_GPU = {**KEPT, "ks": "tf32_atc", "reassoc_v": "bf16x3", "qs": "tf32_atc"}
+AS_GPU_SEEDS = {**AS_GPU, "floor2": 128, "intra": "tf32_tc"}
 
 
 def every(mode):
@@ -402,23 +407,19 @@ CONFIGS = {  # name: (C, modes[, split-T segment tokens])
     ),
     "C16 as GPU (kw / qs truncated, scaled), lookahead: M tf32, M V bf16x3": (
         16,
-        {**KEPT, "ks": "tf32_atc", "reassoc_v": "bf16x3", "qs": "tf32_atc", "look": "tf32",
-         "look_c": "bf16x3"},
+        {**AS_GPU, "look": "tf32", "look_c": "bf16x3"},
     ),
     "C16 as GPU, lookahead: M bf16x3, M V bf16x3": (
         16,
-        {**KEPT, "ks": "tf32_atc", "reassoc_v": "bf16x3", "qs": "tf32_atc", "look": "bf16x3",
-         "look_c": "bf16x3"},
+        {**AS_GPU, "look": "bf16x3", "look_c": "bf16x3"},
     ),
     "C16 as GPU, lookahead: M bf16x3, M V tf32": (
         16,
-        {**KEPT, "ks": "tf32_atc", "reassoc_v": "bf16x3", "qs": "tf32_atc", "look": "bf16x3",
-         "look_c": "tf32"},
+        {**AS_GPU, "look": "bf16x3", "look_c": "tf32"},
     ),
     "C16 as GPU, lookahead: M f32, M V f32 (the reassociation alone)": (
         16,
-        {**KEPT, "ks": "tf32_atc", "reassoc_v": "bf16x3", "qs": "tf32_atc", "look": "f32",
-         "look_c": "f32"},
+        {**AS_GPU, "look": "f32", "look_c": "f32"},
     ),
     "C64 same precisions": (64, KEPT),
     "C64 same, Tb by 16-blocks, tf32 products": (64, {**KEPT, "solve": "tf32"}),
@@ -487,20 +488,14 @@ SEED_CONFIGS = {
         16,
         {**KEPT, "floor2": 128, "ks": "tf32", "reassoc_v": "bf16x3"},
     ),
-    "C16 as GPU (floor -128, kw / qs truncated, scaled), no lookahead": (
-        16,
-        {**KEPT, "floor2": 128, "ks": "tf32_atc", "reassoc_v": "bf16x3", "qs": "tf32_atc",
-         "intra": "tf32_tc"},
-    ),
+    "C16 as GPU (floor -128, kw / qs truncated, scaled), no lookahead": (16, AS_GPU_SEEDS),
     "C16 as GPU + lookahead: M tf32, M V bf16x3": (
         16,
-        {**KEPT, "floor2": 128, "ks": "tf32_atc", "reassoc_v": "bf16x3", "qs": "tf32_atc",
-         "intra": "tf32_tc", "look": "tf32", "look_c": "bf16x3"},
+        {**AS_GPU_SEEDS, "look": "tf32", "look_c": "bf16x3"},
     ),
     "C16 as GPU + lookahead: M bf16x3, M V bf16x3": (
         16,
-        {**KEPT, "floor2": 128, "ks": "tf32_atc", "reassoc_v": "bf16x3", "qs": "tf32_atc",
-         "intra": "tf32_tc", "look": "bf16x3", "look_c": "bf16x3"},
+        {**AS_GPU_SEEDS, "look": "bf16x3", "look_c": "bf16x3"},
     ),
     "C16 kept, log2 decay per token >= -64": (16, {**KEPT, "floor2": 64}),
     "C64 kept, log2 decay per token >= -128": (64, {**KEPT, "floor2": 128}),
