@@ -192,20 +192,22 @@ def chunk_operands(q, k, v, a, beta, scale, c0, n, modes):
     return W, U, qs, Aqk, ke, np.exp(G[-1]), Tb, kw, vc
 
 
-def chunk_step(S, ops, modes):
-    """One chunk of the scan on state S (K x columns): returns (out rows, next S). With mode
+def chunk_step(S, ops, modes, kS=None, qS=None):
+    """One chunk of the scan on state S (K x columns): returns (out rows, next S, V_new). With mode
     "reassoc" (the products' order of a scan that forms W S as Tb (kw S), so that the prepare
-    needs no W): V_new = U - Tb (kw S), kw S in mode "ks" and Tb times it in mode "reassoc"."""
+    needs no W): V_new = U - Tb (kw S), kw S in mode "ks" and Tb times it in mode "reassoc".
+    kS / qS: kw S and qs S formed otherwise (the lookahead), else here in modes "ks" / "qs"."""
     f = np.float32
     W, U, qs, Aqk, ke, dC, Tb, kw, ops_v = ops
     if modes.get("reassoc_v"):  # V_new = Tb (v - kw S): no W and no U in the prepare
-        Vn = mm(Tb, (ops_v - mm(kw, S, modes["ks"])).astype(f), modes["reassoc_v"]).astype(f)
+        kS = mm(kw, S, modes["ks"]) if kS is None else kS
+        Vn = mm(Tb, (ops_v - kS).astype(f), modes["reassoc_v"]).astype(f)
     elif "reassoc" in modes:
         Vn = (U - mm(Tb, mm(kw, S, modes["ks"]), modes["reassoc"])).astype(f)
     else:
         Vn = (U - mm(W, S, modes["ws"])).astype(f)
-    o = mm(qs, S, modes["qs"]) + mm(Aqk, Vn, modes["av"])
-    return o, (dC[:, None] * S + mm(ke.T, Vn, modes["su"])).astype(f)
+    o = (mm(qs, S, modes["qs"]) if qS is None else qS) + mm(Aqk, Vn, modes["av"])
+    return o, (dC[:, None] * S + mm(ke.T, Vn, modes["su"])).astype(f), Vn
 
 
 def chunked(q, k, v, a, beta, S0, scale, C, modes, seg=0):
@@ -228,7 +230,7 @@ def chunked(q, k, v, a, beta, S0, scale, C, modes, seg=0):
     if not seg:
         S = np.asarray(S0, f)
         for c0, n in chunks:
-            out[c0 : c0 + n], S = chunk_step(
+            out[c0 : c0 + n], S, _ = chunk_step(
                 S, chunk_operands(q, k, v, a, beta, scale, c0, n, modes), modes
             )
         return out, S
@@ -241,7 +243,7 @@ def chunked(q, k, v, a, beta, S0, scale, C, modes, seg=0):
             W, U, qs, Aqk, ke, dC, Tb, kw, vv = chunk_operands(q, k, v, a, beta, scale, c0, n, modes)
             U_aug = np.hstack([U, np.zeros((n, K), f)])
             v_aug = np.hstack([vv, np.zeros((n, K), f)])
-            o, aug = chunk_step(aug, (W, U_aug, qs, Aqk, ke, dC, Tb, kw, v_aug), modes)
+            o, aug, _ = chunk_step(aug, (W, U_aug, qs, Aqk, ke, dC, Tb, kw, v_aug), modes)
             o_aug.append((c0, n, o))
         for c0, n, o in o_aug:  # pass 3 for this segment, now that S_in is known
             out[c0 : c0 + n] = o[:, :V] + mm(o[:, V:], S_in, modes.get("fix", "f32"))
@@ -260,20 +262,18 @@ def lookahead(q, k, v, a, beta, S0, scale, chunks, modes):
     f = np.float32
     out = np.zeros((q.shape[0], V), f)
     S = np.asarray(S0, f)
-    prev = None  # (S_(c-2) decayed by dC_(c-1), ke_(c-1), V_(c-1))
-    for c0, n in chunks:
-        W, U, qs, Aqk, ke, dC, Tb, kw, vc = chunk_operands(q, k, v, a, beta, scale, c0, n, modes)
-        if prev is None:
-            kS, qS = mm(kw, S, modes["ks"]), mm(qs, S, modes["qs"])
-        else:
-            Sd, ke_p, V_p = prev
-            kS = mm(kw, Sd, modes["ks"]) + mm(mm(kw, ke_p.T, modes["look"]), V_p, modes["look_c"])
-            qS = mm(qs, Sd, modes["qs"]) + mm(mm(qs, ke_p.T, modes["look"]), V_p, modes["look_c"])
-        Vn = mm(Tb, (vc - kS).astype(f), modes["reassoc_v"]).astype(f)
-        out[c0 : c0 + n] = qS + mm(Aqk, Vn, modes["av"])
-        Sd = (dC[:, None] * S).astype(f)  # what the next chunk's big products read
-        S = (Sd + mm(ke.T, Vn, modes["su"])).astype(f)
-        prev = (Sd, ke, Vn)
+    ops = [chunk_operands(q, k, v, a, beta, scale, c0, n, modes) for c0, n in chunks]
+    kS = qS = None  # the first chunk forms them from S0 (chunk_step)
+    for i, (c0, n) in enumerate(chunks):
+        out[c0 : c0 + n], S_next, Vn = chunk_step(S, ops[i], modes, kS, qS)
+        if i + 1 < len(chunks):  # the next chunk's products, from dC S (what a scan would hold)
+            ke, dC, qs_n, kw_n = ops[i][4], ops[i][5], ops[i + 1][2], ops[i + 1][7]
+            Sd = (dC[:, None] * S).astype(f)
+            kS, qS = (
+                mm(x, Sd, modes[m]) + mm(mm(x, ke.T, modes["look"]), Vn, modes["look_c"])
+                for x, m in ((kw_n, "ks"), (qs_n, "qs"))
+            )
+        S = S_next
     return out, S
 
 
@@ -332,9 +332,8 @@ KEPT = dict(intra="tf32", wu="bf16x3", ws="tf32", qs="tf32", av="tf32", su="bf16
 # wgmma stage's kw and qs.
 KVS32_S15 = {**KEPT, "floor2": 128, "intra": "tf32_tc"}
 KVS32_S16 = {**KVS32_S15, "ws": "tf32_atc", "qs": "tf32_atc"}
-# The wgmma stage's order and operands (V_new = Tb (v - kw S), kw / qs truncated and scaled): the
-# base of the lookahead configurations; with the decay floor and the intra operands as on the GPU
-# for the seeds study.
+# The wgmma stage's order and operands (V_new = Tb (v - kw S), kw / qs truncated and scaled); with
+# the decay floor and the intra operands as on the GPU for the seeds study.
 AS_GPU = {**KEPT, "ks": "tf32_atc", "reassoc_v": "bf16x3", "qs": "tf32_atc"}
 AS_GPU_SEEDS = {**AS_GPU, "floor2": 128, "intra": "tf32_tc"}
 
@@ -365,17 +364,14 @@ CONFIGS = {  # name: (C, modes[, split-T segment tokens])
         16,
         {**KEPT, "ks": "tf32_bt", "reassoc_v": "bf16x3", "qs": "tf32_bt", "av": "tf32_bt"},
     ),
-    "C16 as GPU, kw / qs (smem operands) truncated, scaled by 1 + bias": (
-        16,
-        {**KEPT, "ks": "tf32_atc", "reassoc_v": "bf16x3", "qs": "tf32_atc"},
-    ),
+    "C16 as GPU, kw / qs (smem operands) truncated, scaled by 1 + bias": (16, AS_GPU),
     "C16 as GPU, intra operands truncated, scaled by 1 + bias": (
         16,
         {**KEPT, "ks": "tf32", "reassoc_v": "bf16x3", "intra": "tf32_tc"},
     ),
     "C16 as GPU, kw / qs and intra operands truncated, scaled": (
         16,
-        {**KEPT, "ks": "tf32_atc", "reassoc_v": "bf16x3", "qs": "tf32_atc", "intra": "tf32_tc"},
+        {**AS_GPU, "intra": "tf32_tc"},
     ),
     "C16 as GPU, S / V_new truncated, B operands scaled by 1 + bias": (
         16,
@@ -467,11 +463,7 @@ SEED_CONFIGS = {
         {**KEPT, "floor2": 128, "ks": "tf32_bt", "reassoc_v": "bf16x3", "qs": "tf32_bt",
          "av": "tf32_bt"},
     ),
-    "C16 as GPU, kw / qs and intra operands truncated, scaled": (
-        16,
-        {**KEPT, "floor2": 128, "ks": "tf32_atc", "reassoc_v": "bf16x3", "qs": "tf32_atc",
-         "intra": "tf32_tc"},
-    ),
+    "C16 as GPU, kw / qs and intra operands truncated, scaled": (16, AS_GPU_SEEDS),
     "C16 as GPU, S / V_new truncated, B scaled by 1 + bias": (
         16,
         {**KEPT, "floor2": 128, "ks": "tf32_btc", "reassoc_v": "bf16x3", "qs": "tf32_btc",
@@ -481,14 +473,12 @@ SEED_CONFIGS = {
     "C16 kVs = 32 path, intra and -W / qs truncated, scaled (session 16)": (16, KVS32_S16),
     "C16 as GPU, intra from raw bf16, norms on the results (main at 7e434ae; fix pending)": (
         16,
-        {**KEPT, "floor2": 128, "ks": "tf32_atc", "reassoc_v": "bf16x3", "qs": "tf32_atc",
-         "intra": "tf32_post"},
+        {**AS_GPU_SEEDS, "intra": "tf32_post"},
     ),
     "C16 kept, floor -128, V_new = Tb (v - kw S), Tb (.) bf16x3": (
         16,
         {**KEPT, "floor2": 128, "ks": "tf32", "reassoc_v": "bf16x3"},
     ),
-    "C16 as GPU (floor -128, kw / qs truncated, scaled), no lookahead": (16, AS_GPU_SEEDS),
     "C16 as GPU + lookahead: M tf32, M V bf16x3": (
         16,
         {**AS_GPU_SEEDS, "look": "tf32", "look_c": "bf16x3"},

@@ -43,13 +43,7 @@ run() {
         # prefill / decode vs the CPU oracle). Session 5: that toolchain links libstdc++ statically
         # and formatting a number through std::ostringstream in an error message segfaulted there;
         # messages are now built with std::to_chars (common.h).
-        local t0=$SECONDS
-        CMAKE_BUILD_PARALLEL_LEVEL=16 timeout 400 \
-          python3 -m pip install -q --no-build-isolation \
-          --no-deps --target /tmp/fastkda_py -Cbuild-dir=/tmp/fastkda_pybuild \
-          -Ccmake.define.FASTKDA_CUTLASS_INCLUDE="$PWD/.deps/cutlass_include" . \
-          >"$OUT/python_build.log" 2>&1
-        summary+="python build rc=$? ($((SECONDS - t0)) s)"$'\n'
+        summary+="$(scripts/build_python_gpu.sh "$OUT/python_build.log")"$'\n'
         PYTHONPATH=/tmp/fastkda_py:${PYTHONPATH:-} timeout 300 python3 -m pytest -q -s -p no:cacheprovider \
           tests/python/test_cuda.py >"$OUT/pytest_cuda.log" 2>&1
         summary+="pytest cuda rc=$? $(tail -1 "$OUT/pytest_cuda.log")"$'\n' ;;

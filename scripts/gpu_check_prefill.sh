@@ -110,16 +110,11 @@ for s in $steps; do
       elif [ -d .triton-cache ]; then
         cp -r .triton-cache/. "$TRITON_CACHE_DIR"/
       fi
-      # FASTKDA_PY=1: the Python package built here first (no network: carry .deps/cutlass_include;
-      # ~20 s with 16 jobs) and fastkda.chunk_kda timed in the same process on fla's very inputs.
+      # FASTKDA_PY=1: the Python package built here first (build_python_gpu.sh) and
+      # fastkda.chunk_kda timed in the same process on fla's very inputs.
       py=()
       if [ -n "${FASTKDA_PY:-}" ]; then
-        t0=$SECONDS
-        CMAKE_BUILD_PARALLEL_LEVEL=16 timeout 300 python3 -m pip install -q --no-build-isolation \
-          --no-deps --target /tmp/fastkda_py -Cbuild-dir=/tmp/fastkda_pybuild \
-          -Ccmake.define.FASTKDA_CUTLASS_INCLUDE="$PWD/.deps/cutlass_include" . \
-          > "$OUT/python_build.log" 2>&1
-        summary+="python build rc=$? ($((SECONDS - t0)) s)"$'\n'
+        summary+="$(scripts/build_python_gpu.sh "$OUT/python_build.log")"$'\n'
         export PYTHONPATH=/tmp/fastkda_py:${PYTHONPATH:-}
         py=(--py)
       fi
