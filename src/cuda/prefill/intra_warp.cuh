@@ -33,11 +33,15 @@ struct IntraWarpSmem {
   float aqk[kC][kC];     // A_qk (tf32-rounded), copied to the record
   float beta[kC];        // activated beta (0 past the sequence end)
 };
-constexpr int kIntraWarps = 4;  // warps (independent chunks) per CTA
+// Warps (independent chunks) per CTA, and CTAs per SM: one-warp CTAs, 12 per SM (168 registers:
+// 12 warps per SM as before). A warp's slot is refilled as soon as its chunk is done, not when the
+// slowest of its CTA's warps is: session 23, against 3 CTAs of 4 warps, H64 fixed -2.1 % and -0.5
+// to -1 % on the other rows with the intra kernel on their path (bench/results/2026-11-30_s23).
+constexpr int kIntraWarps = 1;
 struct IntraWarpPlan {
   IntraWarpSmem w[kIntraWarps];
 };
-constexpr int kIntraWarpCtasPerSm = 3;
+constexpr int kIntraWarpCtasPerSm = 12;
 static_assert(sizeof(IntraWarpSmem) % 16 == 0, "16-byte aligned per-warp buffers");
 static_assert((sizeof(IntraWarpPlan) + 1024) * kIntraWarpCtasPerSm <= 228 * 1024,
               "warp intra kernels: CTAs per SM");
