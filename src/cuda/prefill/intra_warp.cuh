@@ -35,8 +35,8 @@ struct IntraWarpSmem {
 };
 // Warps (independent chunks) per CTA, and CTAs per SM: one-warp CTAs, 12 per SM (168 registers:
 // 12 warps per SM as before). A warp's slot is refilled as soon as its chunk is done, not when the
-// slowest of its CTA's warps is: session 23, against 3 CTAs of 4 warps, H64 fixed -2.1 % and -0.5
-// to -1 % on the other rows with the intra kernel on their path (bench/results/2026-11-30_s23).
+// slowest of its CTA's warps is. Session 23, against 3 CTAs of 4 warps (7 interleaved rounds in
+// two A/B calls, bench/results/2026-11-30_s23): H64 fixed -1.1 %, the varlen rows -0.3 to -0.6 %.
 constexpr int kIntraWarps = 1;
 struct IntraWarpPlan {
   IntraWarpSmem w[kIntraWarps];
