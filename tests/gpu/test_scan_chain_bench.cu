@@ -490,6 +490,444 @@ __global__ void __launch_bounds__(256, 1)
   for (int i = 0; i < 64; ++i) dst[i] = S[i] + pt[i % 8] + vprev[i % 8];
 }
 
+// Interleaved chains (session 24): kChains (1 or 2) independent 64-row slices of S^T in ONE
+// warpgroup, sharing the B operands (the two value halves of a kVs = 128 head), each chain as the
+// shipped kVs = 64 scan forms it (P^T / O^T one m64n32k8 per key tile, V_new^T by mma.sync in
+// split bf16, O^T += V_new^T A_qk^T by mma.sync, 64 FMUL and three m64n128k16 for the state
+// update), issued so that one chain's V_new^T, decay, split and output run while the other
+// chain's products are on the tensor pipe: per chunk P0 (wait) P1, finish 0 -> U0, (wait P1)
+// finish 1 -> U1, (wait U0), and the next chunk's conversions of S0 run beside U1. The tf32 A
+// operands are one set of 16 key tiles (registers reused between batches made ptxas inject a
+// full wait: it hoists the next batch's conversions). kChains = 1: the same code for one chain.
+template <int kChains, int kSplit = 1>
+__global__ void __launch_bounds__(128, 1)
+    interleaved_kernel(int chunks, float* state_out, uint32_t* o_out, int /*not used*/) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  for (int i = threadIdx.x; i < kSmemBytes / 16; i += blockDim.x)
+    reinterpret_cast<uint4*>(smem)[i] = make_uint4(0, 0, 0, 0);
+  fence_proxy_async_shared();
+  __syncthreads();
+  const float* decay = reinterpret_cast<const float*>(smem);
+  const uint32_t* small = reinterpret_cast<const uint32_t*>(smem + 8192);  // Tb, A_qk (zeros)
+  const SmemDesc desc = smem_desc_noswizzle(smem, kLbo, kSbo);
+  constexpr uint32_t kStep = 2 * kLbo / 16;
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+
+  float S[kChains][64];
+#pragma unroll
+  for (int c = 0; c < kChains; ++c)
+#pragma unroll
+    for (int i = 0; i < 64; ++i) S[c][i] = 0.01f * float((threadIdx.x + i + c) % 7);
+  float acc[kChains][16];
+  float part[kSplit][16];  // kSplit > 1: key tile j accumulates into part[j % kSplit]
+#pragma unroll
+  for (int c = 0; c < kChains; ++c)
+#pragma unroll
+    for (int i = 0; i < 16; ++i) acc[c][i] = 0.0f;
+#pragma unroll
+  for (int q = 0; q < kSplit; ++q)
+#pragma unroll
+    for (int i = 0; i < 16; ++i) part[q][i] = 0.0f;
+  uint32_t* o_dst = o_out + (size_t(blockIdx.x) * blockDim.x + threadIdx.x) * 4;
+#pragma unroll
+  for (int c = 0; c < kChains; ++c) wgmma_fence_operands(S[c]);
+
+  // Chain c's P^T / O^T over the 16 key tiles: one group.
+  auto po = [&](int c) {
+    uint32_t af[16][4];
+#pragma unroll
+    for (int j = 0; j < 16; ++j) tile_to_tf32(&S[c][4 * j], af[j]);
+    wgmma_fence();
+    if constexpr (kSplit == 1) {
+#pragma unroll
+      for (int j = 0; j < 16; ++j) wgmma_m64n32k8_tf32_rs(acc[c], af[j], desc + kStep * j, j > 0);
+    } else {
+#pragma unroll
+      for (int j = 0; j < 16; ++j)
+        wgmma_m64n32k8_tf32_rs(part[j % kSplit], af[j], desc + kStep * j, j >= kSplit);
+    }
+    wgmma_commit_group();
+  };
+  // After chain c's P^T / O^T: V_new^T, the decay, the state update issued (one group), output.
+  auto finish = [&](int c) {
+    if constexpr (kSplit > 1) {
+#pragma unroll
+      for (int q = 0; q < kSplit; ++q) wgmma_fence_operands(part[q]);
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        float sum = part[0][i];
+#pragma unroll
+        for (int q = 1; q < kSplit; ++q) sum += part[q][i];
+        acc[c][i] = sum;
+      }
+    }
+    wgmma_fence_operands(acc[c]);
+    float x[2][4], vn[2][4];
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+      for (int f = 0; f < 4; ++f) x[m][f] = 0.5f - acc[c][4 * m + f];
+    uint32_t xh[4], xl[4];
+    fastkda::prefill_cuda::split_vnew(x, xh, xl);
+#pragma unroll
+    for (int mr = 0; mr < 2; ++mr) {
+      const uint4 b = *reinterpret_cast<const uint4*>(&small[4 * (8 * (8 * mr + g) + t)]);
+#pragma unroll
+      for (int f = 0; f < 4; ++f) vn[mr][f] = 0.0f;
+      mma_m16n8k16_bf16(vn[mr], xl, b.x, b.y);
+      mma_m16n8k16_bf16(vn[mr], xh, b.z, b.w);
+      mma_m16n8k16_bf16(vn[mr], xh, b.x, b.y);
+    }
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      const float2 d = *reinterpret_cast<const float2*>(&decay[8 * j + 2 * t]);
+      S[c][4 * j + 0] = S[c][4 * j + 0] * d.x + 1e-3f;
+      S[c][4 * j + 1] = S[c][4 * j + 1] * d.y + 1e-3f;
+      S[c][4 * j + 2] = S[c][4 * j + 2] * d.x + 1e-3f;
+      S[c][4 * j + 3] = S[c][4 * j + 3] * d.y + 1e-3f;
+    }
+    uint32_t vh[4], vl[4];
+    fastkda::prefill_cuda::split_vnew(vn, vh, vl);
+    wgmma_fence_operands(S[c]);
+    wgmma_fence();
+    wgmma_m64n128k16_bf16_rs(S[c], vl, desc, true);
+    wgmma_m64n128k16_bf16_rs(S[c], vh, desc + 16, true);
+    wgmma_m64n128k16_bf16_rs(S[c], vh, desc, true);
+    wgmma_commit_group();
+    // O^T += V_new^T A_qk^T (3 tiles), out, in the update's shadow.
+    float* o = &acc[c][8];
+#pragma unroll
+    for (int m = 0; m < 2; ++m) {
+      uint32_t av[4];
+      tile_to_tf32(vn[m], av);
+#pragma unroll
+      for (int mr = m; mr < 2; ++mr)
+        mma_m16n8k8_tf32(*reinterpret_cast<float(*)[4]>(o + 4 * mr), av,
+                         small[1024 + 64 * mr + 8 * g + 2 * t + m],
+                         small[1024 + 64 * mr + 8 * g + 2 * t + 4 + m]);
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) o_dst[i] = pack_bf16x2(o[2 * i], o[2 * i + 1]);
+  };
+
+  for (int ch = 0; ch < chunks; ++ch) {
+    bar_sync(1, 128);  // stands for the hand-off wait
+    po(0);  // the first key tile overwrites acc (no zeroing: its registers may still be U1's A)
+    wgmma_wait_group<0>();  // P0 done (and the last chunk's U1: S1 ready)
+    if constexpr (kChains == 1) {
+      finish(0);
+    } else {
+      wgmma_fence_operands(S[1]);
+      po(1);
+      finish(0);
+      wgmma_wait_group<1>();  // P1 done, U0 may run
+      finish(1);
+    }
+    wgmma_wait_group<kChains - 1>();  // U0 done: S0 ready
+    wgmma_fence_operands(S[0]);
+  }
+  wgmma_wait_group<0>();
+#pragma unroll
+  for (int c = 0; c < kChains; ++c) wgmma_fence_operands(S[c]);
+  float* dst = state_out + (size_t(blockIdx.x) * blockDim.x + threadIdx.x) * 64;
+#pragma unroll
+  for (int i = 0; i < 64; ++i) dst[i] = S[0][i] + S[kChains - 1][i];
+}
+
+// One chunk of lookahead with the small products on mma.sync inside the wgmma stream (session 24).
+// With S_{c+1} = S_c D_c + V_c^T ke_c, chunk c + 1's K = 128 products come from S_c:
+//   Y_c = S_c [D_c kw_{c+1}; D_c qs_{c+1}]^T            16 m64n32k8 (as today's P^T / O^T)
+//   P_{c+1} = Y_c.P + V_c^T G_c,  O~_{c+1} = Y_c.O + V_c^T H_c   (G_c, H_c = ke_c [kw; qs]_{c+1}^T,
+//                                                       16 x 16 each, from the producers)
+// so that chunk c's V_new^T, output, decay and split (which need Y_{c-1} and V_{c-1}, not Y_c) can
+// run while Y_c is on the tensor pipe: the issuing warp stalls at each wgmma until the pipe takes
+// it (WgmmaRates / OVERLAP: 16 m64n32k8 then 64 dependent FFMA overlap by ~60 clocks only), so the
+// independent work is written between the wgmma batches for ptxas to interleave. kInterleave = 0:
+// the same work after all 16 wgmma (the order a plain lookahead would have).
+template <int kInterleave>
+__global__ void __launch_bounds__(128, 1)
+    lookahead_kernel(int chunks, float* state_out, uint32_t* o_out, int /*not used*/) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  for (int i = threadIdx.x; i < kSmemBytes / 16; i += blockDim.x)
+    reinterpret_cast<uint4*>(smem)[i] = make_uint4(0, 0, 0, 0);
+  fence_proxy_async_shared();
+  __syncthreads();
+  const float* decay = reinterpret_cast<const float*>(smem);
+  const uint32_t* small = reinterpret_cast<const uint32_t*>(smem + 8192);  // Tb, A_qk, G, H
+  const SmemDesc desc = smem_desc_noswizzle(smem, kLbo, kSbo);
+  constexpr uint32_t kStep = 2 * kLbo / 16;
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+
+  float S[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) S[i] = 0.01f * float((threadIdx.x + i) % 7);
+  float Y[16], Yn[16], vprev[2][4];
+#pragma unroll
+  for (int i = 0; i < 16; ++i) Y[i] = Yn[i] = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) vprev[i / 4][i % 4] = 0.0f;
+  uint32_t* o_dst = o_out + (size_t(blockIdx.x) * blockDim.x + threadIdx.x) * 4;
+  wgmma_fence_operands(S);
+
+  // One chunk: Y = Y_{c-1} in, Yn = Y_c out (two buffers taking turns: a copy made ptxas wait for
+  // Y_c before the state update, C7517).
+  auto step = [&](float (&Y)[16], float (&Yn)[16]) {
+    // Nothing is in flight here; saying so keeps ptxas from assuming the last step's groups are
+    // (its tracking merges the loop's back edge: else it waits for Y_c before the corrections).
+    wgmma_wait_group<0>();
+    wgmma_fence_operands(Y);
+    bar_sync(1, 128);  // stands for the hand-off wait
+    uint32_t af[16][4];
+#pragma unroll
+    for (int j = 0; j < 16; ++j) tile_to_tf32(&S[4 * j], af[j]);
+    float p[2][4], o[2][4], vn[2][4];
+    uint32_t vh[4], vl[4];
+    // The pieces of chunk c's own work (Y = Y_{c-1}, vprev = V_{c-1}).
+    auto correction = [&] {  // P = Y.P + vprev G, O~ = Y.O + vprev H (tf32, 2 k steps each)
+#pragma unroll
+      for (int m = 0; m < 2; ++m)
+#pragma unroll
+        for (int f = 0; f < 4; ++f) p[m][f] = Y[4 * m + f], o[m][f] = Y[8 + 4 * m + f];
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        uint32_t av[4];
+        tile_to_tf32(vprev[k], av);
+#pragma unroll
+        for (int m = 0; m < 2; ++m) {
+          mma_m16n8k8_tf32(p[m], av, small[2048 + 64 * m + 8 * g + t + 4 * k],
+                           small[2048 + 64 * m + 8 * g + t + 4 * k + 2]);
+          mma_m16n8k8_tf32(o[m], av, small[2304 + 64 * m + 8 * g + t + 4 * k],
+                           small[2304 + 64 * m + 8 * g + t + 4 * k + 2]);
+        }
+      }
+    };
+    auto v_new = [&] {  // V_new^T = (v^T - P^T) Tb^T, split bf16 (6 mma.sync)
+      float x[2][4];
+#pragma unroll
+      for (int m = 0; m < 2; ++m)
+#pragma unroll
+        for (int f = 0; f < 4; ++f) x[m][f] = 0.5f - p[m][f];
+      uint32_t xh[4], xl[4];
+      fastkda::prefill_cuda::split_vnew(x, xh, xl);
+#pragma unroll
+      for (int mr = 0; mr < 2; ++mr) {
+        const uint4 b = *reinterpret_cast<const uint4*>(&small[4 * (8 * (8 * mr + g) + t)]);
+#pragma unroll
+        for (int f = 0; f < 4; ++f) vn[mr][f] = 0.0f;
+        mma_m16n8k16_bf16(vn[mr], xl, b.x, b.y);
+        mma_m16n8k16_bf16(vn[mr], xh, b.z, b.w);
+        mma_m16n8k16_bf16(vn[mr], xh, b.x, b.y);
+      }
+    };
+    auto output = [&] {  // O~ += V_new^T A_qk^T (3 tiles), out
+#pragma unroll
+      for (int m = 0; m < 2; ++m) {
+        uint32_t av[4];
+        tile_to_tf32(vn[m], av);
+#pragma unroll
+        for (int mr = m; mr < 2; ++mr)
+          mma_m16n8k8_tf32(o[mr], av, small[1024 + 64 * mr + 8 * g + 2 * t + m],
+                           small[1024 + 64 * mr + 8 * g + 2 * t + 4 + m]);
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) o_dst[i] = pack_bf16x2(o[i / 2][2 * (i % 2)], o[i / 2][2 * (i % 2) + 1]);
+    };
+    auto decay_half = [&](int h) {
+#pragma unroll
+      for (int j = 8 * h; j < 8 * h + 8; ++j) {
+        const float2 d = *reinterpret_cast<const float2*>(&decay[8 * j + 2 * t]);
+        S[4 * j + 0] = S[4 * j + 0] * d.x + 1e-3f;
+        S[4 * j + 1] = S[4 * j + 1] * d.y + 1e-3f;
+        S[4 * j + 2] = S[4 * j + 2] * d.x + 1e-3f;
+        S[4 * j + 3] = S[4 * j + 3] * d.y + 1e-3f;
+      }
+    };
+    wgmma_fence_operands(Yn);
+    wgmma_fence();
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+#pragma unroll
+      for (int j = 4 * q; j < 4 * q + 4; ++j)
+        wgmma_m64n32k8_tf32_rs(Yn, af[j], desc + kStep * j, j > 0);
+      if constexpr (kInterleave) {
+        if (q == 0) correction();
+        if (q == 1) v_new();
+        if (q == 2) { output(); decay_half(0); }
+      }
+    }
+    wgmma_commit_group();
+    if constexpr (!kInterleave) {
+      correction();
+      v_new();
+      output();
+      decay_half(0);
+    }
+    decay_half(1);
+    fastkda::prefill_cuda::split_vnew(vn, vh, vl);
+    wgmma_fence_operands(S);
+    wgmma_fence();
+    wgmma_m64n128k16_bf16_rs(S, vl, desc, true);
+    wgmma_m64n128k16_bf16_rs(S, vh, desc + 16, true);
+    wgmma_m64n128k16_bf16_rs(S, vh, desc, true);
+    wgmma_commit_group();
+#pragma unroll
+    for (int i = 0; i < 8; ++i) vprev[i / 4][i % 4] = vn[i / 4][i % 4];
+    wgmma_wait_group<0>();
+    wgmma_fence_operands(S);
+    wgmma_fence_operands(Yn);
+  };
+  for (int ch = 0; ch < chunks; ch += 2) {
+    step(Y, Yn);
+    step(Yn, Y);
+  }
+  float* dst = state_out + (size_t(blockIdx.x) * blockDim.x + threadIdx.x) * 64;
+#pragma unroll
+  for (int i = 0; i < 64; ++i) dst[i] = S[i] + Y[i % 16] + vprev[0][i % 4];
+}
+
+// Per-instruction cost of the scan's wgmma shapes (session 24): kIters groups of 16 wgmma of one
+// shape (kShape: 0 m64n16k8 tf32, 1 m64n32k8 tf32, 2 m64n64k8 tf32, 3 m64n128k16 bf16, 4
+// m64n32k16 bf16; A from registers, B zeros in shared memory), one accumulator (each wgmma
+// depends on the last) or kAccs rotating ones, each group waited for (kWait = 0) or one group
+// kept in flight (kWait = 1). Thread 0 of each CTA writes its clock cycles.
+template <int kShape, int kAccs, int kWait>
+__global__ void __launch_bounds__(256, 1) wgmma_rate_kernel(int iters, long long* cycles,
+                                                            float* sink) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  for (int i = threadIdx.x; i < kSmemBytes / 16; i += blockDim.x)
+    reinterpret_cast<uint4*>(smem)[i] = make_uint4(0, 0, 0, 0);
+  fence_proxy_async_shared();
+  __syncthreads();
+  const SmemDesc desc = smem_desc_noswizzle(smem, kLbo, kSbo);
+  constexpr uint32_t kStep = 2 * kLbo / 16;
+  constexpr int kN = kShape == 0 ? 16 : kShape == 1 ? 32 : kShape == 2 ? 64 : kShape == 3 ? 128 : 32;
+  float acc[kAccs][kN / 2];
+#pragma unroll
+  for (int q = 0; q < kAccs; ++q)
+#pragma unroll
+    for (int i = 0; i < kN / 2; ++i) acc[q][i] = 0.0f;
+  uint32_t a[4] = {threadIdx.x, threadIdx.x + 1, threadIdx.x + 2, threadIdx.x + 3};
+  __syncthreads();
+  const long long t0 = clock64();
+  for (int it = 0; it < iters; ++it) {
+#pragma unroll
+    for (int q = 0; q < kAccs; ++q) wgmma_fence_operands(acc[q]);
+    wgmma_fence();
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      auto& d = acc[j % kAccs];
+      const SmemDesc b = desc + kStep * (j % 8);
+      if constexpr (kShape == 0) wgmma_m64n16k8_tf32_rs(d, a, b, true);
+      else if constexpr (kShape == 1) wgmma_m64n32k8_tf32_rs(d, a, b, true);
+      else if constexpr (kShape == 2) wgmma_m64n64k8_tf32_rs(d, a, b, true);
+      else if constexpr (kShape == 3) wgmma_m64n128k16_bf16_rs(d, a, b, true);
+      else wgmma_m64n32k16_bf16_rs(d, a, b, true);
+    }
+    wgmma_commit_group();
+    wgmma_wait_group<kWait>();
+  }
+  wgmma_wait_group<0>();
+#pragma unroll
+  for (int q = 0; q < kAccs; ++q) wgmma_fence_operands(acc[q]);
+  const long long t1 = clock64();
+  if (threadIdx.x == 0) cycles[blockIdx.x] = t1 - t0;
+  float x = 0.0f;
+#pragma unroll
+  for (int q = 0; q < kAccs; ++q)
+#pragma unroll
+    for (int i = 0; i < kN / 2; ++i) x += acc[q][i];
+  sink[blockIdx.x * blockDim.x + threadIdx.x] = x;
+}
+
+// Does mma.sync run beside an in-flight wgmma group? (session 24) Per iteration: one group of 16
+// m64n32k8 tf32 (256 clocks at the measured rate), then (kMode) 0 nothing, 1 eight dependent
+// mma.sync m16n8k16 bf16, 2 eight independent ones, 3 64 dependent FFMA, 4 eight dependent
+// mma.sync with no wgmma before them; then the group is waited for. Clocks per iteration.
+template <int kMode>
+__global__ void __launch_bounds__(128, 1) overlap_kernel(int iters, long long* cycles,
+                                                         float* sink) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  for (int i = threadIdx.x; i < kSmemBytes / 16; i += blockDim.x)
+    reinterpret_cast<uint4*>(smem)[i] = make_uint4(0, 0, 0, 0);
+  fence_proxy_async_shared();
+  __syncthreads();
+  const SmemDesc desc = smem_desc_noswizzle(smem, kLbo, kSbo);
+  constexpr uint32_t kStep = 2 * kLbo / 16;
+  float acc[16] = {};
+  float h[8][4] = {};
+  float f = float(threadIdx.x);
+  uint32_t a[4] = {threadIdx.x, threadIdx.x + 1, threadIdx.x + 2, threadIdx.x + 3};
+  __syncthreads();
+  const long long t0 = clock64();
+  for (int it = 0; it < iters; ++it) {
+    if constexpr (kMode != 4) {
+      wgmma_fence_operands(acc);
+      wgmma_fence();
+#pragma unroll
+      for (int j = 0; j < 16; ++j) wgmma_m64n32k8_tf32_rs(acc, a, desc + kStep * (j % 8), true);
+      wgmma_commit_group();
+    }
+    if constexpr (kMode == 1 || kMode == 4) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) mma_m16n8k16_bf16(h[0], a, a[0], a[1]);
+    } else if constexpr (kMode == 2) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) mma_m16n8k16_bf16(h[j], a, a[0], a[1]);
+    } else if constexpr (kMode == 3) {
+#pragma unroll
+      for (int j = 0; j < 64; ++j) f = fmaf(f, 0.999f, 1e-3f);
+    }
+    if constexpr (kMode != 4) {
+      wgmma_wait_group<0>();
+      wgmma_fence_operands(acc);
+    }
+  }
+  const long long t1 = clock64();
+  if (threadIdx.x == 0) cycles[blockIdx.x] = t1 - t0;
+  float x = f;
+#pragma unroll
+  for (int i = 0; i < 16; ++i) x += acc[i];
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) x += h[j][i];
+  sink[blockIdx.x * blockDim.x + threadIdx.x] = x;
+}
+template <int kMode>
+double overlap_cycles(int sms) {
+  constexpr int kIters = 512;
+  auto kernel = overlap_kernel<kMode>;
+  fastkda_gpu_test::DeviceBuf cyc(size_t(sms) * 8), sink(size_t(sms) * 128 * 4);
+  EXPECT_EQ(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes),
+            cudaSuccess);
+  for (int r = 0; r < 2; ++r)
+    kernel<<<sms, 128, kSmemBytes>>>(kIters, static_cast<long long*>(cyc.get()),
+                                     static_cast<float*>(sink.get()));
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<long long> c(sms);
+  cudaMemcpy(c.data(), cyc.get(), size_t(sms) * 8, cudaMemcpyDeviceToHost);
+  std::sort(c.begin(), c.end());
+  return double(c[sms / 2]) / kIters;
+}
+
+// Median over the CTAs of clock cycles per wgmma.
+template <int kShape, int kAccs, int kWait>
+double wgmma_cycles(int warpgroups, int sms) {
+  constexpr int kIters = 512;
+  auto kernel = wgmma_rate_kernel<kShape, kAccs, kWait>;
+  fastkda_gpu_test::DeviceBuf cyc(size_t(sms) * 8), sink(size_t(sms) * 256 * 4);
+  EXPECT_EQ(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes),
+            cudaSuccess);
+  for (int r = 0; r < 2; ++r)
+    kernel<<<sms, 128 * warpgroups, kSmemBytes>>>(kIters, static_cast<long long*>(cyc.get()),
+                                                  static_cast<float*>(sink.get()));
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<long long> c(sms);
+  cudaMemcpy(c.data(), cyc.get(), size_t(sms) * 8, cudaMemcpyDeviceToHost);
+  std::sort(c.begin(), c.end());
+  return double(c[sms / 2]) / (kIters * 16.0);
+}
+
 // Microseconds per 16 tokens of `kernel` (chunks of C tokens) on one CTA per SM.
 using ChainKernel = void (*)(int, float*, uint32_t*, int);
 template <int C>
@@ -568,6 +1006,53 @@ TEST(ScanChainBench, DISABLED_ChunkLengths) {
   std::printf("SCANCHAIN kVs=128 C16 us_per_16_tokens ping_pong %.3f (P/O one group %.3f)\n",
               time_kernel<16>(chain16_kernel<false, 7 | 64>, 2, sms, kTokens),
               time_kernel<16>(chain16_kernel<false, 7 | 32 | 64>, 2, sms, kTokens));
+}
+
+// Session 24: one warpgroup, one or two chains (64 / 128 value rows), against the shipped order with one / two warpgroups (chain16_kernel<false>).
+TEST(ScanChainBench, DISABLED_Interleaved) {
+  int dev = 0, sms = 0;
+  ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), cudaSuccess);
+  constexpr int kTokens = 8192;
+  for (int rep = 0; rep < 2; ++rep)
+    std::printf("SCANCHAIN interleaved us_per_16_tokens shipped_1wg(64) %.3f shipped_2wg(128) %.3f "
+                "one_chain(64) %.3f two_chains(128) %.3f "
+                "one_chain_split2 %.3f split4 %.3f lookahead %.3f lookahead_interleaved %.3f\n",
+                time_kernel<16>(chain16_kernel<false>, 1, sms, kTokens),
+                time_kernel<16>(chain16_kernel<false>, 2, sms, kTokens),
+                time_kernel<16>(interleaved_kernel<1>, 1, sms, kTokens),
+                time_kernel<16>(interleaved_kernel<2>, 1, sms, kTokens),
+                time_kernel<16>(interleaved_kernel<1, 2>, 1, sms, kTokens),
+                time_kernel<16>(interleaved_kernel<1, 4>, 1, sms, kTokens),
+                time_kernel<16>(lookahead_kernel<0>, 1, sms, kTokens),
+                time_kernel<16>(lookahead_kernel<1>, 1, sms, kTokens));
+}
+
+// Session 24: clock cycles per wgmma instruction of the scan's shapes (see wgmma_rate_kernel).
+TEST(ScanChainBench, DISABLED_WgmmaRates) {
+  int dev = 0, sms = 0;
+  ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), cudaSuccess);
+  for (int wg = 1; wg <= 2; ++wg) {
+    std::printf("WGMMARATE wg=%d dep_wait0: n16k8tf32 %.1f n32k8tf32 %.1f n64k8tf32 %.1f "
+                "n128k16bf16 %.1f n32k16bf16 %.1f\n",
+                wg, wgmma_cycles<0, 1, 0>(wg, sms), wgmma_cycles<1, 1, 0>(wg, sms),
+                wgmma_cycles<2, 1, 0>(wg, sms), wgmma_cycles<3, 1, 0>(wg, sms),
+                wgmma_cycles<4, 1, 0>(wg, sms));
+    std::printf("WGMMARATE wg=%d dep_wait1: n16k8tf32 %.1f n32k8tf32 %.1f n64k8tf32 %.1f "
+                "n128k16bf16 %.1f n32k16bf16 %.1f\n",
+                wg, wgmma_cycles<0, 1, 1>(wg, sms), wgmma_cycles<1, 1, 1>(wg, sms),
+                wgmma_cycles<2, 1, 1>(wg, sms), wgmma_cycles<3, 1, 1>(wg, sms),
+                wgmma_cycles<4, 1, 1>(wg, sms));
+    std::printf("WGMMARATE wg=%d 4accs_wait1: n16k8tf32 %.1f n32k8tf32 %.1f n64k8tf32 %.1f "
+                "n32k16bf16 %.1f\n",
+                wg, wgmma_cycles<0, 4, 1>(wg, sms), wgmma_cycles<1, 4, 1>(wg, sms),
+                wgmma_cycles<2, 4, 1>(wg, sms), wgmma_cycles<4, 4, 1>(wg, sms));
+  }
+  std::printf("OVERLAP clocks_per_iter wgmma16 %.0f +8dep_mma %.0f +8indep_mma %.0f "
+              "+64dep_ffma %.0f 8dep_mma_alone %.0f\n",
+              overlap_cycles<0>(sms), overlap_cycles<1>(sms), overlap_cycles<2>(sms),
+              overlap_cycles<3>(sms), overlap_cycles<4>(sms));
 }
 
 }  // namespace
