@@ -16,6 +16,13 @@
 // Measured (session 12, H200, us per 16 tokens, C = 16 / 32 / 64): kVs = 64 0.77 / 0.90 / 1.05,
 // kVs = 128 1.17 / 1.43 / 1.72, kVs = 128 with the warpgroups apart 1.10 / 1.35 / 1.72: longer
 // chunks cost more per token in the chain (docs/prefill.md, Session 12).
+// Session 24 (DISABLED_Interleaved, DISABLED_WgmmaRates; docs/prefill.md, Session 24): each wgmma
+// shape runs at its peak rate (m64n32k8 tf32 16 clocks, m64n128k16 bf16 64, m64n16k8 tf32 13; two
+// warpgroups share one pipe per SM), but the issuing warp stalls on each wgmma until the pipe takes
+// it, mma.sync does not run beside a wgmma group, and ALU or mma.sync work written between the
+// wgmma of a group slows the group: so neither two chains in one warpgroup (1.086 us per 16 tokens
+// for 128 rows, two warpgroups 1.066), split accumulators (0.64-0.65 against 0.636) nor a lookahead
+// with its small products inside the wgmma stream (0.72-0.73) beats the shipped order.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -643,7 +650,9 @@ __global__ void __launch_bounds__(128, 1)
 // run while Y_c is on the tensor pipe: the issuing warp stalls at each wgmma until the pipe takes
 // it (WgmmaRates / OVERLAP: 16 m64n32k8 then 64 dependent FFMA overlap by ~60 clocks only), so the
 // independent work is written between the wgmma batches for ptxas to interleave. kInterleave = 0:
-// the same work after all 16 wgmma (the order a plain lookahead would have).
+// the same work written after all 16 wgmma (ptxas moves it between them all the same; in both
+// the SASS has one wait per chunk, after the state update). Slower than the shipped order
+// (0.72-0.73 against 0.636 us): mma.sync inside a wgmma stream stalls the stream.
 template <int kInterleave>
 __global__ void __launch_bounds__(128, 1)
     lookahead_kernel(int chunks, float* state_out, uint32_t* o_out, int /*not used*/) {
@@ -1008,7 +1017,10 @@ TEST(ScanChainBench, DISABLED_ChunkLengths) {
               time_kernel<16>(chain16_kernel<false, 7 | 32 | 64>, 2, sms, kTokens));
 }
 
-// Session 24: one warpgroup, one or two chains (64 / 128 value rows), against the shipped order with one / two warpgroups (chain16_kernel<false>).
+// Session 24: one warpgroup, one or two chains (64 / 128 value rows), against the shipped order
+// with one / two warpgroups (chain16_kernel<false>). Measured (H200, us per 16 tokens): shipped
+// 0.662 / 1.066, one chain 0.636, two chains 1.086, one chain with 2 / 4 P^T / O^T accumulators
+// 0.637-0.645 / 0.647-0.651, lookahead 0.732-0.734, lookahead interleaved by hand 0.720-0.721.
 TEST(ScanChainBench, DISABLED_Interleaved) {
   int dev = 0, sms = 0;
   ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
@@ -1029,6 +1041,11 @@ TEST(ScanChainBench, DISABLED_Interleaved) {
 }
 
 // Session 24: clock cycles per wgmma instruction of the scan's shapes (see wgmma_rate_kernel).
+// Measured (H200): one warpgroup, one group kept in flight: m64n16k8 tf32 13.0, m64n32k8 16.0,
+// m64n64k8 32.0, m64n128k16 bf16 64.0, m64n32k16 bf16 16.0 (waiting for every group: +0.6 to +4);
+// four rotating accumulators the same; two warpgroups twice each. OVERLAP (clocks per group of 16
+// m64n32k8): alone 321, then 8 dependent mma.sync 565 (8 alone 192), 8 independent 389, 64
+// dependent FFMA 514.
 TEST(ScanChainBench, DISABLED_WgmmaRates) {
   int dev = 0, sms = 0;
   ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
