@@ -150,14 +150,19 @@ __device__ __forceinline__ void tiles_to_bf16(const float* c, uint32_t (&h)[4], 
 constexpr int kSmemBytes = 80 * 1024;  // zeros; every descriptor below reads inside it
 constexpr uint32_t kLbo = 128, kSbo = 4096;
 
-template <int C>
-__global__ void __launch_bounds__(256, 1)
-    scan_chain_kernel(int chunks, float* state_out, uint32_t* o_out, int desync) {
-  extern __shared__ __align__(128) unsigned char smem[];
+// Every kernel here: kSmemBytes of zeros (the operands), visible to the async proxy.
+__device__ __forceinline__ void zero_smem(unsigned char* smem) {
   for (int i = threadIdx.x; i < kSmemBytes / 16; i += blockDim.x)
     reinterpret_cast<uint4*>(smem)[i] = make_uint4(0, 0, 0, 0);
   fence_proxy_async_shared();
   __syncthreads();
+}
+
+template <int C>
+__global__ void __launch_bounds__(256, 1)
+    scan_chain_kernel(int chunks, float* state_out, uint32_t* o_out, int desync) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  zero_smem(smem);
   const float* decay = reinterpret_cast<const float*>(smem);
   const SmemDesc desc = smem_desc_noswizzle(smem, kLbo, kSbo);
   constexpr uint32_t kStep = 2 * kLbo / 16;  // one k step: two core matrices along K
@@ -292,10 +297,7 @@ template <bool kLook, int kPhases = 7>
 __global__ void __launch_bounds__(256, 1)
     chain16_kernel(int chunks, float* state_out, uint32_t* o_out, int /*desync: not used*/) {
   extern __shared__ __align__(128) unsigned char smem[];
-  for (int i = threadIdx.x; i < kSmemBytes / 16; i += blockDim.x)
-    reinterpret_cast<uint4*>(smem)[i] = make_uint4(0, 0, 0, 0);
-  fence_proxy_async_shared();
-  __syncthreads();
+  zero_smem(smem);
   const float* decay = reinterpret_cast<const float*>(smem);
   const SmemDesc desc = smem_desc_noswizzle(smem, kLbo, kSbo);
   constexpr uint32_t kStep = 2 * kLbo / 16;
@@ -497,6 +499,58 @@ __global__ void __launch_bounds__(256, 1)
   for (int i = 0; i < 64; ++i) dst[i] = S[i] + pt[i % 8] + vprev[i % 8];
 }
 
+// The kernel-like small steps of interleaved_kernel and lookahead_kernel (operands zeros in
+// `small`: Tb pre-split at 0, A_qk^T at 1024 words, G / H at 2048 / 2304).
+// V_new^T = (v^T - P^T) Tb^T in split bf16 (6 mma.sync); p: P^T's two token tiles.
+__device__ __forceinline__ void bench_v_new(const float* p, const uint32_t* small, int g, int t,
+                                            float (&vn)[2][4]) {
+  float x[2][4];
+#pragma unroll
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int f = 0; f < 4; ++f) x[m][f] = 0.5f - p[4 * m + f];
+  uint32_t xh[4], xl[4];
+  fastkda::prefill_cuda::split_vnew(x, xh, xl);
+#pragma unroll
+  for (int mr = 0; mr < 2; ++mr) {
+    const uint4 b = *reinterpret_cast<const uint4*>(&small[4 * (8 * (8 * mr + g) + t)]);
+#pragma unroll
+    for (int f = 0; f < 4; ++f) vn[mr][f] = 0.0f;
+    mma_m16n8k16_bf16(vn[mr], xl, b.x, b.y);
+    mma_m16n8k16_bf16(vn[mr], xh, b.z, b.w);
+    mma_m16n8k16_bf16(vn[mr], xh, b.x, b.y);
+  }
+}
+// O^T += V_new^T A_qk^T (3 mma.sync), then out; o: O^T's two token tiles.
+__device__ __forceinline__ void bench_output(float* o, const float (&vn)[2][4],
+                                             const uint32_t* small, int g, int t,
+                                             uint32_t* o_dst) {
+#pragma unroll
+  for (int m = 0; m < 2; ++m) {
+    uint32_t av[4];
+    tile_to_tf32(vn[m], av);
+#pragma unroll
+    for (int mr = m; mr < 2; ++mr)
+      mma_m16n8k8_tf32(*reinterpret_cast<float(*)[4]>(o + 4 * mr), av,
+                       small[1024 + 64 * mr + 8 * g + 2 * t + m],
+                       small[1024 + 64 * mr + 8 * g + 2 * t + 4 + m]);
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) o_dst[i] = pack_bf16x2(o[2 * i], o[2 * i + 1]);
+}
+// Key tiles j0 .. j1 - 1 of S^T times the decays (values kept away from zero).
+__device__ __forceinline__ void bench_decay(float (&S)[64], const float* decay, int t, int j0,
+                                            int j1) {
+#pragma unroll
+  for (int j = j0; j < j1; ++j) {
+    const float2 d = *reinterpret_cast<const float2*>(&decay[8 * j + 2 * t]);
+    S[4 * j + 0] = S[4 * j + 0] * d.x + 1e-3f;
+    S[4 * j + 1] = S[4 * j + 1] * d.y + 1e-3f;
+    S[4 * j + 2] = S[4 * j + 2] * d.x + 1e-3f;
+    S[4 * j + 3] = S[4 * j + 3] * d.y + 1e-3f;
+  }
+}
+
 // Interleaved chains (session 24): kChains (1 or 2) independent 64-row slices of S^T in ONE
 // warpgroup, sharing the B operands (the two value halves of a kVs = 128 head), each chain as the
 // shipped kVs = 64 scan forms it (P^T / O^T one m64n32k8 per key tile, V_new^T by mma.sync in
@@ -510,10 +564,7 @@ template <int kChains, int kSplit = 1>
 __global__ void __launch_bounds__(128, 1)
     interleaved_kernel(int chunks, float* state_out, uint32_t* o_out, int /*not used*/) {
   extern __shared__ __align__(128) unsigned char smem[];
-  for (int i = threadIdx.x; i < kSmemBytes / 16; i += blockDim.x)
-    reinterpret_cast<uint4*>(smem)[i] = make_uint4(0, 0, 0, 0);
-  fence_proxy_async_shared();
-  __syncthreads();
+  zero_smem(smem);
   const float* decay = reinterpret_cast<const float*>(smem);
   const uint32_t* small = reinterpret_cast<const uint32_t*>(smem + 8192);  // Tb, A_qk (zeros)
   const SmemDesc desc = smem_desc_noswizzle(smem, kLbo, kSbo);
@@ -569,30 +620,9 @@ __global__ void __launch_bounds__(128, 1)
       }
     }
     wgmma_fence_operands(acc[c]);
-    float x[2][4], vn[2][4];
-#pragma unroll
-    for (int m = 0; m < 2; ++m)
-#pragma unroll
-      for (int f = 0; f < 4; ++f) x[m][f] = 0.5f - acc[c][4 * m + f];
-    uint32_t xh[4], xl[4];
-    fastkda::prefill_cuda::split_vnew(x, xh, xl);
-#pragma unroll
-    for (int mr = 0; mr < 2; ++mr) {
-      const uint4 b = *reinterpret_cast<const uint4*>(&small[4 * (8 * (8 * mr + g) + t)]);
-#pragma unroll
-      for (int f = 0; f < 4; ++f) vn[mr][f] = 0.0f;
-      mma_m16n8k16_bf16(vn[mr], xl, b.x, b.y);
-      mma_m16n8k16_bf16(vn[mr], xh, b.z, b.w);
-      mma_m16n8k16_bf16(vn[mr], xh, b.x, b.y);
-    }
-#pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      const float2 d = *reinterpret_cast<const float2*>(&decay[8 * j + 2 * t]);
-      S[c][4 * j + 0] = S[c][4 * j + 0] * d.x + 1e-3f;
-      S[c][4 * j + 1] = S[c][4 * j + 1] * d.y + 1e-3f;
-      S[c][4 * j + 2] = S[c][4 * j + 2] * d.x + 1e-3f;
-      S[c][4 * j + 3] = S[c][4 * j + 3] * d.y + 1e-3f;
-    }
+    float vn[2][4];
+    bench_v_new(acc[c], small, g, t, vn);
+    bench_decay(S[c], decay, t, 0, 16);
     uint32_t vh[4], vl[4];
     fastkda::prefill_cuda::split_vnew(vn, vh, vl);
     wgmma_fence_operands(S[c]);
@@ -601,20 +631,7 @@ __global__ void __launch_bounds__(128, 1)
     wgmma_m64n128k16_bf16_rs(S[c], vh, desc + 16, true);
     wgmma_m64n128k16_bf16_rs(S[c], vh, desc, true);
     wgmma_commit_group();
-    // O^T += V_new^T A_qk^T (3 tiles), out, in the update's shadow.
-    float* o = &acc[c][8];
-#pragma unroll
-    for (int m = 0; m < 2; ++m) {
-      uint32_t av[4];
-      tile_to_tf32(vn[m], av);
-#pragma unroll
-      for (int mr = m; mr < 2; ++mr)
-        mma_m16n8k8_tf32(*reinterpret_cast<float(*)[4]>(o + 4 * mr), av,
-                         small[1024 + 64 * mr + 8 * g + 2 * t + m],
-                         small[1024 + 64 * mr + 8 * g + 2 * t + 4 + m]);
-    }
-#pragma unroll
-    for (int i = 0; i < 4; ++i) o_dst[i] = pack_bf16x2(o[2 * i], o[2 * i + 1]);
+    bench_output(&acc[c][8], vn, small, g, t, o_dst);  // in the update's shadow
   };
 
   for (int ch = 0; ch < chunks; ++ch) {
@@ -652,15 +669,12 @@ __global__ void __launch_bounds__(128, 1)
 // independent work is written between the wgmma batches for ptxas to interleave. kInterleave = 0:
 // the same work written after all 16 wgmma (ptxas moves it between them all the same; in both
 // the SASS has one wait per chunk, after the state update). Slower than the shipped order
-// (0.72-0.73 against 0.636 us): mma.sync inside a wgmma stream stalls the stream.
+// (0.72-0.73 against 0.63-0.64 us): mma.sync inside a wgmma stream stalls the stream.
 template <int kInterleave>
 __global__ void __launch_bounds__(128, 1)
     lookahead_kernel(int chunks, float* state_out, uint32_t* o_out, int /*not used*/) {
   extern __shared__ __align__(128) unsigned char smem[];
-  for (int i = threadIdx.x; i < kSmemBytes / 16; i += blockDim.x)
-    reinterpret_cast<uint4*>(smem)[i] = make_uint4(0, 0, 0, 0);
-  fence_proxy_async_shared();
-  __syncthreads();
+  zero_smem(smem);
   const float* decay = reinterpret_cast<const float*>(smem);
   const uint32_t* small = reinterpret_cast<const uint32_t*>(smem + 8192);  // Tb, A_qk, G, H
   const SmemDesc desc = smem_desc_noswizzle(smem, kLbo, kSbo);
@@ -710,47 +724,9 @@ __global__ void __launch_bounds__(128, 1)
         }
       }
     };
-    auto v_new = [&] {  // V_new^T = (v^T - P^T) Tb^T, split bf16 (6 mma.sync)
-      float x[2][4];
-#pragma unroll
-      for (int m = 0; m < 2; ++m)
-#pragma unroll
-        for (int f = 0; f < 4; ++f) x[m][f] = 0.5f - p[m][f];
-      uint32_t xh[4], xl[4];
-      fastkda::prefill_cuda::split_vnew(x, xh, xl);
-#pragma unroll
-      for (int mr = 0; mr < 2; ++mr) {
-        const uint4 b = *reinterpret_cast<const uint4*>(&small[4 * (8 * (8 * mr + g) + t)]);
-#pragma unroll
-        for (int f = 0; f < 4; ++f) vn[mr][f] = 0.0f;
-        mma_m16n8k16_bf16(vn[mr], xl, b.x, b.y);
-        mma_m16n8k16_bf16(vn[mr], xh, b.z, b.w);
-        mma_m16n8k16_bf16(vn[mr], xh, b.x, b.y);
-      }
-    };
-    auto output = [&] {  // O~ += V_new^T A_qk^T (3 tiles), out
-#pragma unroll
-      for (int m = 0; m < 2; ++m) {
-        uint32_t av[4];
-        tile_to_tf32(vn[m], av);
-#pragma unroll
-        for (int mr = m; mr < 2; ++mr)
-          mma_m16n8k8_tf32(o[mr], av, small[1024 + 64 * mr + 8 * g + 2 * t + m],
-                           small[1024 + 64 * mr + 8 * g + 2 * t + 4 + m]);
-      }
-#pragma unroll
-      for (int i = 0; i < 4; ++i) o_dst[i] = pack_bf16x2(o[i / 2][2 * (i % 2)], o[i / 2][2 * (i % 2) + 1]);
-    };
-    auto decay_half = [&](int h) {
-#pragma unroll
-      for (int j = 8 * h; j < 8 * h + 8; ++j) {
-        const float2 d = *reinterpret_cast<const float2*>(&decay[8 * j + 2 * t]);
-        S[4 * j + 0] = S[4 * j + 0] * d.x + 1e-3f;
-        S[4 * j + 1] = S[4 * j + 1] * d.y + 1e-3f;
-        S[4 * j + 2] = S[4 * j + 2] * d.x + 1e-3f;
-        S[4 * j + 3] = S[4 * j + 3] * d.y + 1e-3f;
-      }
-    };
+    auto v_new = [&] { bench_v_new(&p[0][0], small, g, t, vn); };
+    auto output = [&] { bench_output(&o[0][0], vn, small, g, t, o_dst); };
+    auto decay_half = [&](int h) { bench_decay(S, decay, t, 8 * h, 8 * h + 8); };
     wgmma_fence_operands(Yn);
     wgmma_fence();
 #pragma unroll
@@ -803,10 +779,7 @@ template <int kShape, int kAccs, int kWait>
 __global__ void __launch_bounds__(256, 1) wgmma_rate_kernel(int iters, long long* cycles,
                                                             float* sink) {
   extern __shared__ __align__(128) unsigned char smem[];
-  for (int i = threadIdx.x; i < kSmemBytes / 16; i += blockDim.x)
-    reinterpret_cast<uint4*>(smem)[i] = make_uint4(0, 0, 0, 0);
-  fence_proxy_async_shared();
-  __syncthreads();
+  zero_smem(smem);
   const SmemDesc desc = smem_desc_noswizzle(smem, kLbo, kSbo);
   constexpr uint32_t kStep = 2 * kLbo / 16;
   constexpr int kN = kShape == 0 ? 16 : kShape == 1 ? 32 : kShape == 2 ? 64 : kShape == 3 ? 128 : 32;
@@ -856,10 +829,7 @@ template <int kMode>
 __global__ void __launch_bounds__(128, 1) overlap_kernel(int iters, long long* cycles,
                                                          float* sink) {
   extern __shared__ __align__(128) unsigned char smem[];
-  for (int i = threadIdx.x; i < kSmemBytes / 16; i += blockDim.x)
-    reinterpret_cast<uint4*>(smem)[i] = make_uint4(0, 0, 0, 0);
-  fence_proxy_async_shared();
-  __syncthreads();
+  zero_smem(smem);
   const SmemDesc desc = smem_desc_noswizzle(smem, kLbo, kSbo);
   constexpr uint32_t kStep = 2 * kLbo / 16;
   float acc[16] = {};
@@ -902,39 +872,30 @@ __global__ void __launch_bounds__(128, 1) overlap_kernel(int iters, long long* c
     for (int i = 0; i < 4; ++i) x += h[j][i];
   sink[blockIdx.x * blockDim.x + threadIdx.x] = x;
 }
+// Median over the CTAs (one per SM) of the clock cycles of `kernel` per iteration.
+using ClockKernel = void (*)(int, long long*, float*);
+double median_clocks(ClockKernel kernel, int threads, int sms, int iters) {
+  fastkda_gpu_test::DeviceBuf cyc(size_t(sms) * 8), sink(size_t(sms) * threads * 4);
+  EXPECT_EQ(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes),
+            cudaSuccess);
+  for (int r = 0; r < 2; ++r)
+    kernel<<<sms, threads, kSmemBytes>>>(iters, static_cast<long long*>(cyc.get()),
+                                         static_cast<float*>(sink.get()));
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<long long> c(sms);
+  cudaMemcpy(c.data(), cyc.get(), size_t(sms) * 8, cudaMemcpyDeviceToHost);
+  std::sort(c.begin(), c.end());
+  return double(c[sms / 2]) / iters;
+}
 template <int kMode>
 double overlap_cycles(int sms) {
-  constexpr int kIters = 512;
-  auto kernel = overlap_kernel<kMode>;
-  fastkda_gpu_test::DeviceBuf cyc(size_t(sms) * 8), sink(size_t(sms) * 128 * 4);
-  EXPECT_EQ(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes),
-            cudaSuccess);
-  for (int r = 0; r < 2; ++r)
-    kernel<<<sms, 128, kSmemBytes>>>(kIters, static_cast<long long*>(cyc.get()),
-                                     static_cast<float*>(sink.get()));
-  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  std::vector<long long> c(sms);
-  cudaMemcpy(c.data(), cyc.get(), size_t(sms) * 8, cudaMemcpyDeviceToHost);
-  std::sort(c.begin(), c.end());
-  return double(c[sms / 2]) / kIters;
+  return median_clocks(overlap_kernel<kMode>, 128, sms, 512);
 }
 
-// Median over the CTAs of clock cycles per wgmma.
+// Clock cycles per wgmma (16 per group).
 template <int kShape, int kAccs, int kWait>
 double wgmma_cycles(int warpgroups, int sms) {
-  constexpr int kIters = 512;
-  auto kernel = wgmma_rate_kernel<kShape, kAccs, kWait>;
-  fastkda_gpu_test::DeviceBuf cyc(size_t(sms) * 8), sink(size_t(sms) * 256 * 4);
-  EXPECT_EQ(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes),
-            cudaSuccess);
-  for (int r = 0; r < 2; ++r)
-    kernel<<<sms, 128 * warpgroups, kSmemBytes>>>(kIters, static_cast<long long*>(cyc.get()),
-                                                  static_cast<float*>(sink.get()));
-  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  std::vector<long long> c(sms);
-  cudaMemcpy(c.data(), cyc.get(), size_t(sms) * 8, cudaMemcpyDeviceToHost);
-  std::sort(c.begin(), c.end());
-  return double(c[sms / 2]) / (kIters * 16.0);
+  return median_clocks(wgmma_rate_kernel<kShape, kAccs, kWait>, 128 * warpgroups, sms, 512) / 16;
 }
 
 // Microseconds per 16 tokens of `kernel` (chunks of C tokens) on one CTA per SM.
@@ -1019,8 +980,9 @@ TEST(ScanChainBench, DISABLED_ChunkLengths) {
 
 // Session 24: one warpgroup, one or two chains (64 / 128 value rows), against the shipped order
 // with one / two warpgroups (chain16_kernel<false>). Measured (H200, us per 16 tokens): shipped
-// 0.662 / 1.066, one chain 0.636, two chains 1.086, one chain with 2 / 4 P^T / O^T accumulators
-// 0.637-0.645 / 0.647-0.651, lookahead 0.732-0.734, lookahead interleaved by hand 0.720-0.721.
+// 0.660-0.663 / 1.064-1.067, one chain 0.633-0.638, two chains 1.084-1.089, one chain with 2 / 4
+// P^T / O^T accumulators 0.635-0.645 / 0.647-0.651, lookahead 0.730-0.734, lookahead interleaved
+// by hand 0.717-0.721.
 TEST(ScanChainBench, DISABLED_Interleaved) {
   int dev = 0, sms = 0;
   ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
