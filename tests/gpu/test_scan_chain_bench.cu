@@ -559,7 +559,9 @@ __device__ __forceinline__ void bench_decay(float (&S)[64], const float* decay, 
 // chain's products are on the tensor pipe: per chunk P0 (wait) P1, finish 0 -> U0, (wait P1)
 // finish 1 -> U1, (wait U0), and the next chunk's conversions of S0 run beside U1. The tf32 A
 // operands are one set of 16 key tiles (registers reused between batches made ptxas inject a
-// full wait: it hoists the next batch's conversions). kChains = 1: the same code for one chain.
+// full wait: it hoists the next batch's conversions). With two chains ptxas still waits for U1
+// at the loop head after 12 of S0's 64 conversions (C7517). kChains = 1: the same code for one
+// chain; kSplit > 1 (one chain): P^T / O^T over kSplit rotating accumulators, summed after.
 template <int kChains, int kSplit = 1>
 __global__ void __launch_bounds__(128, 1)
     interleaved_kernel(int chunks, float* state_out, uint32_t* o_out, int /*not used*/) {
