@@ -784,7 +784,8 @@ __global__ void __launch_bounds__(256, 1) wgmma_rate_kernel(int iters, long long
   zero_smem(smem);
   const SmemDesc desc = smem_desc_noswizzle(smem, kLbo, kSbo);
   constexpr uint32_t kStep = 2 * kLbo / 16;
-  constexpr int kN = kShape == 0 ? 16 : kShape == 1 ? 32 : kShape == 2 ? 64 : kShape == 3 ? 128 : 32;
+  constexpr int kN =
+      kShape == 0 ? 16 : kShape == 1 ? 32 : kShape == 2 ? 64 : kShape == 3 ? 128 : 32;
   float acc[kAccs][kN / 2];
 #pragma unroll
   for (int q = 0; q < kAccs; ++q)
