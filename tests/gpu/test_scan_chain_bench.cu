@@ -563,7 +563,7 @@ __device__ __forceinline__ void bench_decay(float (&S)[64], const float* decay, 
 // at the loop head after 12 of S0's 64 conversions (C7517). kChains = 1: the same code for one
 // chain; kSplit > 1 (one chain): P^T / O^T over kSplit rotating accumulators, summed after.
 template <int kChains, int kSplit = 1>
-__global__ void __launch_bounds__(128, 1)
+__global__ void __launch_bounds__(256, 1)
     interleaved_kernel(int chunks, float* state_out, uint32_t* o_out, int /*not used*/) {
   extern __shared__ __align__(128) unsigned char smem[];
   zero_smem(smem);
@@ -637,7 +637,7 @@ __global__ void __launch_bounds__(128, 1)
   };
 
   for (int ch = 0; ch < chunks; ++ch) {
-    bar_sync(1, 128);  // stands for the hand-off wait
+    bar_sync(1, blockDim.x);  // stands for the hand-off wait
     po(0);  // the first key tile overwrites acc (no zeroing: its registers may still be U1's A)
     wgmma_wait_group<0>();  // P0 done (and the last chunk's U1: S1 ready)
     if constexpr (kChains == 1) {
@@ -770,6 +770,105 @@ __global__ void __launch_bounds__(128, 1)
   float* dst = state_out + (size_t(blockIdx.x) * blockDim.x + threadIdx.x) * 64;
 #pragma unroll
   for (int i = 0; i < 64; ++i) dst[i] = S[i] + Y[i % 16] + vprev[0][i % 4];
+}
+
+// A 32-token chunk done the kernel's way (session 24; session 12's C = 32 row had its small
+// products on wgmma and P^T / O^T in 4 waited batches): P^T / O^T as one group of 16 m64n64k8
+// (N = 64: 32 tokens each), V_new^T = (v^T - P^T) Tb^T by mma.sync in split bf16 over the lower
+// triangle (18 m16n8k16), O^T += V_new^T A_qk^T by mma.sync (10 m16n8k8), the decay, and the
+// state update as two k16 steps of three m64n128k16, the output in its shadow. Per 16 tokens the
+// tensor work is the C = 16 chunk's (P^T / O^T 256, update 192 clocks), the conversions, decay and
+// waits half of it.
+__global__ void __launch_bounds__(256, 1)
+    chain32_kernel(int chunks, float* state_out, uint32_t* o_out, int /*not used*/) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  zero_smem(smem);
+  const float* decay = reinterpret_cast<const float*>(smem);
+  const uint32_t* small = reinterpret_cast<const uint32_t*>(smem + 8192);  // Tb, A_qk (zeros)
+  const SmemDesc desc = smem_desc_noswizzle(smem, kLbo, kSbo);
+  constexpr uint32_t kStep = 2 * kLbo / 16;
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+
+  float S[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) S[i] = 0.01f * float((threadIdx.x + i) % 7);
+  float acc[32];  // token tiles 0-3 P^T, 4-7 O^T
+#pragma unroll
+  for (int i = 0; i < 32; ++i) acc[i] = 0.0f;
+  uint32_t* o_dst = o_out + (size_t(blockIdx.x) * blockDim.x + threadIdx.x) * 4;
+  wgmma_fence_operands(S);
+  for (int ch = 0; ch < chunks; ++ch) {
+    bar_sync(1, blockDim.x);  // stands for the hand-off wait (both warpgroups: lockstep)
+    uint32_t af[16][4];
+#pragma unroll
+    for (int j = 0; j < 16; ++j) tile_to_tf32(&S[4 * j], af[j]);
+    wgmma_fence();
+#pragma unroll
+    for (int j = 0; j < 16; ++j) wgmma_m64n64k8_tf32_rs(acc, af[j], desc + kStep * j, j > 0);
+    wgmma_commit_group();
+    wgmma_wait_group<0>();
+    wgmma_fence_operands(acc);
+    // V_new^T: k16 steps kk (source tokens 16 kk ..), output token tiles mr >= 2 kk.
+    uint32_t xh[2][4], xl[2][4];
+#pragma unroll
+    for (int kk = 0; kk < 2; ++kk) {
+      float x[2][4];
+#pragma unroll
+      for (int m = 0; m < 2; ++m)
+#pragma unroll
+        for (int f = 0; f < 4; ++f) x[m][f] = 0.5f - acc[4 * (2 * kk + m) + f];
+      fastkda::prefill_cuda::split_vnew(x, xh[kk], xl[kk]);
+    }
+    float vn[4][4];
+#pragma unroll
+    for (int mr = 0; mr < 4; ++mr) {
+#pragma unroll
+      for (int f = 0; f < 4; ++f) vn[mr][f] = 0.0f;
+#pragma unroll
+      for (int kk = 0; kk <= mr / 2; ++kk) {
+        const uint4 b =
+            *reinterpret_cast<const uint4*>(&small[4 * (8 * (8 * mr + g) + t) + 512 * kk]);
+        mma_m16n8k16_bf16(vn[mr], xl[kk], b.x, b.y);
+        mma_m16n8k16_bf16(vn[mr], xh[kk], b.z, b.w);
+        mma_m16n8k16_bf16(vn[mr], xh[kk], b.x, b.y);
+      }
+    }
+    bench_decay(S, decay, t, 0, 16);
+    uint32_t vh[2][4], vl[2][4];
+#pragma unroll
+    for (int kk = 0; kk < 2; ++kk)
+      fastkda::prefill_cuda::split_vnew(*reinterpret_cast<const float(*)[2][4]>(&vn[2 * kk][0]),
+                                        vh[kk], vl[kk]);
+    wgmma_fence_operands(S);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 2; ++kk) {
+      wgmma_m64n128k16_bf16_rs(S, vl[kk], desc + 32 * kk, true);
+      wgmma_m64n128k16_bf16_rs(S, vh[kk], desc + 32 * kk + 16, true);
+      wgmma_m64n128k16_bf16_rs(S, vh[kk], desc + 32 * kk, true);
+    }
+    wgmma_commit_group();
+    // O^T += V_new^T A_qk^T over the lower triangle (10 m16n8k8), out: in the update's shadow.
+    float* o = &acc[16];
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {
+      uint32_t av[4];
+      tile_to_tf32(vn[m], av);
+#pragma unroll
+      for (int mr = m; mr < 4; ++mr)
+        mma_m16n8k8_tf32(*reinterpret_cast<float(*)[4]>(o + 4 * mr), av,
+                         small[1024 + 64 * mr + 8 * g + 2 * t + m],
+                         small[1024 + 64 * mr + 8 * g + 2 * t + 4 + m]);
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      o_dst[i] = pack_bf16x2(o[2 * i], o[2 * i + 1]) ^ pack_bf16x2(o[8 + 2 * i], o[9 + 2 * i]);
+    wgmma_wait_group<0>();
+    wgmma_fence_operands(S);
+  }
+  float* dst = state_out + (size_t(blockIdx.x) * blockDim.x + threadIdx.x) * 64;
+#pragma unroll
+  for (int i = 0; i < 64; ++i) dst[i] = S[i] + acc[i % 32];
 }
 
 // Per-instruction cost of the scan's wgmma shapes (session 24): kIters groups of 16 wgmma of one
@@ -1003,6 +1102,13 @@ TEST(ScanChainBench, DISABLED_Interleaved) {
                 time_kernel<16>(interleaved_kernel<1, 4>, 1, sms, kTokens),
                 time_kernel<16>(lookahead_kernel<0>, 1, sms, kTokens),
                 time_kernel<16>(lookahead_kernel<1>, 1, sms, kTokens));
+  for (int rep = 0; rep < 2; ++rep)
+    std::printf("SCANCHAIN kernel-like us_per_16_tokens 1wg(64): C16 %.3f C32 %.3f  "
+                "2wg(128): C16 %.3f C32 %.3f\n",
+                time_kernel<16>(interleaved_kernel<1>, 1, sms, kTokens),
+                time_kernel<32>(chain32_kernel, 1, sms, kTokens),
+                time_kernel<16>(interleaved_kernel<1>, 2, sms, kTokens),
+                time_kernel<32>(chain32_kernel, 2, sms, kTokens));
 }
 
 // Session 24: clock cycles per wgmma instruction of the scan's shapes (see wgmma_rate_kernel).
