@@ -417,6 +417,9 @@ CONFIGS = {  # name: (C, modes[, split-T segment tokens])
         16,
         {**AS_GPU, "look": "f32", "look_c": "f32"},
     ),
+    "C32 as GPU (kw / qs truncated, scaled)": (32, AS_GPU),
+    "C32 as GPU, Tb by 16-blocks, bf16x3 products": (32, {**AS_GPU, "solve": "bf16x3"}),
+    "C32 as GPU, Tb by 16-blocks, tf32 products": (32, {**AS_GPU, "solve": "tf32"}),
     "C64 same precisions": (64, KEPT),
     "C64 same, Tb by 16-blocks, tf32 products": (64, {**KEPT, "solve": "tf32"}),
     "C64 same, Tb by 16-blocks, bf16x3 products": (64, {**KEPT, "solve": "bf16x3"}),
@@ -489,6 +492,8 @@ SEED_CONFIGS = {
     ),
     "C16 kept, log2 decay per token >= -64": (16, {**KEPT, "floor2": 64}),
     "C64 kept, log2 decay per token >= -128": (64, {**KEPT, "floor2": 128}),
+    "C32 as GPU, kw / qs and intra operands truncated, scaled": (32, AS_GPU_SEEDS),
+    "C32 as GPU, Tb by 16-blocks, bf16x3 products": (32, {**AS_GPU_SEEDS, "solve": "bf16x3"}),
 }
 
 
