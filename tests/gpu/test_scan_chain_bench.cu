@@ -25,7 +25,9 @@
 // with its small products inside the wgmma stream (0.72-0.73) beats the shipped order. A 32-token
 // chunk done the kernel's way (chain32_kernel) does: 0.551 against 0.640 us per 16 tokens (one
 // warpgroup), 0.966 against 1.055 (two); session 12's C = 32 row above formed its small products
-// with wgmma and waited after each P^T / O^T batch.
+// with wgmma and waited after each P^T / O^T batch. Beside two synthetic prepare groups (kCompete)
+// the gain shrinks with their load: -13 / -15 / -15 / -9.5 / -5 % at 0 / 64 / 128 / 256 / 560
+// FFMA per prepare thread and 16 tokens.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -554,6 +556,34 @@ __device__ __forceinline__ void bench_decay(float (&S)[64], const float* decay, 
   }
 }
 
+// Issue competition for the chain kernels below (kCompete): as in the prefill kernel, two
+// prepare groups of 128 threads (warps 0-7, 112 registers) hand 16-token stages to the scan
+// warpgroup (warps 8-11, 232 registers) through Full / Empty named barriers (ids 2, 3 / 4, 5), one
+// group per stage in turn. Instead of the prepare's math each thread issues kPrepFfma FFMA per 16
+// tokens (8 independent chains): session 22 measured ~570 instructions per thread and 16-token
+// chunk in the prepare, whose math costs the chain 12-16 % (skip probes).
+constexpr int kCompeteFull = 2, kCompeteEmpty = 4;
+template <int kTok, int kPrepFfma>
+__device__ __forceinline__ void prep_role(int chunks, float* sink) {
+  setmaxnreg_dec<112>();
+  const int p = threadIdx.x / 128;
+  float x[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) x[i] = float(threadIdx.x + i);
+  for (int c = p; c < chunks; c += 2) {
+    if (c >= 2) bar_sync(kCompeteEmpty + c % 2, 256);
+#pragma unroll 1
+    for (int it = 0; it < kPrepFfma * kTok / 16 / 8; ++it)
+#pragma unroll
+      for (int i = 0; i < 8; ++i) x[i] = fmaf(x[i], 0.999f, 1e-3f);
+    bar_arrive(kCompeteFull + c % 2, 256);
+  }
+  float y = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) y += x[i];
+  sink[threadIdx.x] = y;
+}
+
 // Interleaved chains (session 24): kChains (1 or 2) independent 64-row slices of S^T in ONE
 // warpgroup, sharing the B operands (the two value halves of a kVs = 128 head), each chain as the
 // shipped kVs = 64 scan forms it (P^T / O^T one m64n32k8 per key tile, V_new^T by mma.sync in
@@ -565,11 +595,15 @@ __device__ __forceinline__ void bench_decay(float (&S)[64], const float* decay, 
 // full wait: it hoists the next batch's conversions). With two chains ptxas still waits for U1
 // at the loop head after 12 of S0's 64 conversions (C7517). kChains = 1: the same code for one
 // chain; kSplit > 1 (one chain): P^T / O^T over kSplit rotating accumulators, summed after.
-template <int kChains, int kSplit = 1>
-__global__ void __launch_bounds__(256, 1)
+template <int kChains, int kSplit = 1, int kCompete = -1>
+__global__ void __launch_bounds__(kCompete >= 0 ? 384 : 256, 1)
     interleaved_kernel(int chunks, float* state_out, uint32_t* o_out, int /*not used*/) {
   extern __shared__ __align__(128) unsigned char smem[];
   zero_smem(smem);
+  if constexpr (kCompete >= 0) {  // kCompete FFMA per prepare thread and 16 tokens
+    if (threadIdx.x < 256) return prep_role<16, kCompete>(chunks, reinterpret_cast<float*>(o_out));
+    setmaxnreg_inc<232>();
+  }
   const float* decay = reinterpret_cast<const float*>(smem);
   const uint32_t* small = reinterpret_cast<const uint32_t*>(smem + 8192);  // Tb, A_qk (zeros)
   const SmemDesc desc = smem_desc_noswizzle(smem, kLbo, kSbo);
@@ -640,7 +674,10 @@ __global__ void __launch_bounds__(256, 1)
   };
 
   for (int ch = 0; ch < chunks; ++ch) {
-    bar_sync(1, blockDim.x);  // stands for the hand-off wait
+    if constexpr (kCompete >= 0)
+      bar_sync(kCompeteFull + ch % 2, 256);
+    else
+      bar_sync(1, blockDim.x);  // stands for the hand-off wait
     po(0);  // the first key tile overwrites acc (no zeroing: its registers may still be U1's A)
     wgmma_wait_group<0>();  // P0 done (and the last chunk's U1: S1 ready)
     if constexpr (kChains == 1) {
@@ -654,6 +691,7 @@ __global__ void __launch_bounds__(256, 1)
     }
     wgmma_wait_group<kChains - 1>();  // U0 done: S0 ready
     wgmma_fence_operands(S[0]);
+    if (kCompete >= 0 && ch + 2 < chunks) bar_arrive(kCompeteEmpty + ch % 2, 256);
   }
   wgmma_wait_group<0>();
 #pragma unroll
@@ -782,10 +820,15 @@ __global__ void __launch_bounds__(128, 1)
 // state update as two k16 steps of three m64n128k16, the output in its shadow. Per 16 tokens the
 // tensor work is the C = 16 chunk's (P^T / O^T 256, update 192 clocks), the conversions, decay and
 // waits half of it.
-__global__ void __launch_bounds__(256, 1)
+template <int kCompete = -1>
+__global__ void __launch_bounds__(kCompete >= 0 ? 384 : 256, 1)
     chain32_kernel(int chunks, float* state_out, uint32_t* o_out, int /*not used*/) {
   extern __shared__ __align__(128) unsigned char smem[];
   zero_smem(smem);
+  if constexpr (kCompete >= 0) {
+    if (threadIdx.x < 256) return prep_role<32, kCompete>(chunks, reinterpret_cast<float*>(o_out));
+    setmaxnreg_inc<232>();
+  }
   const float* decay = reinterpret_cast<const float*>(smem);
   const uint32_t* small = reinterpret_cast<const uint32_t*>(smem + 8192);  // Tb, A_qk (zeros)
   const SmemDesc desc = smem_desc_noswizzle(smem, kLbo, kSbo);
@@ -801,7 +844,10 @@ __global__ void __launch_bounds__(256, 1)
   uint32_t* o_dst = o_out + (size_t(blockIdx.x) * blockDim.x + threadIdx.x) * 4;
   wgmma_fence_operands(S);
   for (int ch = 0; ch < chunks; ++ch) {
-    bar_sync(1, blockDim.x);  // stands for the hand-off wait (both warpgroups: lockstep)
+    if constexpr (kCompete >= 0)
+      bar_sync(kCompeteFull + ch % 2, 256);
+    else
+      bar_sync(1, blockDim.x);  // stands for the hand-off wait (both warpgroups: lockstep)
     uint32_t af[16][4];
 #pragma unroll
     for (int j = 0; j < 16; ++j) tile_to_tf32(&S[4 * j], af[j]);
@@ -868,6 +914,7 @@ __global__ void __launch_bounds__(256, 1)
       o_dst[i] = pack_bf16x2(o[2 * i], o[2 * i + 1]) ^ pack_bf16x2(o[8 + 2 * i], o[9 + 2 * i]);
     wgmma_wait_group<0>();
     wgmma_fence_operands(S);
+    if (kCompete >= 0 && ch + 2 < chunks) bar_arrive(kCompeteEmpty + ch % 2, 256);
   }
   float* dst = state_out + (size_t(blockIdx.x) * blockDim.x + threadIdx.x) * 64;
 #pragma unroll
@@ -1109,9 +1156,22 @@ TEST(ScanChainBench, DISABLED_Interleaved) {
     std::printf("SCANCHAIN kernel-like us_per_16_tokens 1wg(64): C16 %.3f C32 %.3f  "
                 "2wg(128): C16 %.3f C32 %.3f\n",
                 time_kernel<16>(interleaved_kernel<1>, 1, sms, kTokens),
-                time_kernel<32>(chain32_kernel, 1, sms, kTokens),
+                time_kernel<32>(chain32_kernel<>, 1, sms, kTokens),
                 time_kernel<16>(interleaved_kernel<1>, 2, sms, kTokens),
-                time_kernel<32>(chain32_kernel, 2, sms, kTokens));
+                time_kernel<32>(chain32_kernel<>, 2, sms, kTokens));
+  std::printf("SCANCHAIN with two synthetic prepare groups, us_per_16_tokens C16 / C32 at 0 / 64 / "
+              "128 / 256 / 560 FFMA per thread and 16 tokens: %.3f / %.3f, %.3f / %.3f, "
+              "%.3f / %.3f, %.3f / %.3f, %.3f / %.3f\n",
+              time_kernel<16>(interleaved_kernel<1, 1, 0>, 3, sms, kTokens),
+              time_kernel<32>(chain32_kernel<0>, 3, sms, kTokens),
+              time_kernel<16>(interleaved_kernel<1, 1, 64>, 3, sms, kTokens),
+              time_kernel<32>(chain32_kernel<64>, 3, sms, kTokens),
+              time_kernel<16>(interleaved_kernel<1, 1, 128>, 3, sms, kTokens),
+              time_kernel<32>(chain32_kernel<128>, 3, sms, kTokens),
+              time_kernel<16>(interleaved_kernel<1, 1, 256>, 3, sms, kTokens),
+              time_kernel<32>(chain32_kernel<256>, 3, sms, kTokens),
+              time_kernel<16>(interleaved_kernel<1, 1, 560>, 3, sms, kTokens),
+              time_kernel<32>(chain32_kernel<560>, 3, sms, kTokens));
 }
 
 // Session 24: clock cycles per wgmma instruction of the scan's shapes (see wgmma_rate_kernel).
