@@ -504,6 +504,22 @@ __global__ void __launch_bounds__(256, 1)
   for (int i = 0; i < 64; ++i) dst[i] = S[i] + pt[i % 8] + vprev[i % 8];
 }
 
+// The operands of the session-24 chain kernels in the zeroed shared memory: the decays at 0, Tb,
+// A_qk, G, H (`small`) at 8 KiB, every B operand through one descriptor; and S^T's start values.
+struct BenchOperands {
+  const float* decay;
+  const uint32_t* small;
+  SmemDesc desc;
+};
+__device__ __forceinline__ BenchOperands bench_operands(const unsigned char* smem) {
+  return {reinterpret_cast<const float*>(smem), reinterpret_cast<const uint32_t*>(smem + 8192),
+          smem_desc_noswizzle(smem, kLbo, kSbo)};
+}
+__device__ __forceinline__ void bench_state(float (&S)[64], int salt) {
+#pragma unroll
+  for (int i = 0; i < 64; ++i) S[i] = 0.01f * float((threadIdx.x + i + salt) % 7);
+}
+
 // The kernel-like small steps of interleaved_kernel and lookahead_kernel (operands zeros in
 // `small`: Tb pre-split at 0, A_qk^T at 1024 words, G / H at 2048 / 2304).
 // V_new^T = (v^T - P^T) Tb^T in split bf16 (6 mma.sync); p: P^T's two token tiles.
@@ -526,20 +542,27 @@ __device__ __forceinline__ void bench_v_new(const float* p, const uint32_t* smal
     mma_m16n8k16_bf16(vn[mr], xh, b.x, b.y);
   }
 }
-// O^T += V_new^T A_qk^T (3 mma.sync), then out; o: O^T's two token tiles.
-__device__ __forceinline__ void bench_output(float* o, const float (&vn)[2][4],
-                                             const uint32_t* small, int g, int t,
-                                             uint32_t* o_dst) {
+// O^T += V_new^T A_qk^T over the lower triangle of kTiles token tiles (3 / 10 mma.sync for 2 / 4);
+// o: O^T's kTiles token tiles.
+template <int kTiles>
+__device__ __forceinline__ void bench_intra_out(float* o, const float (&vn)[kTiles][4],
+                                                const uint32_t* small, int g, int t) {
 #pragma unroll
-  for (int m = 0; m < 2; ++m) {
+  for (int m = 0; m < kTiles; ++m) {
     uint32_t av[4];
     tile_to_tf32(vn[m], av);
 #pragma unroll
-    for (int mr = m; mr < 2; ++mr)
+    for (int mr = m; mr < kTiles; ++mr)
       mma_m16n8k8_tf32(*reinterpret_cast<float(*)[4]>(o + 4 * mr), av,
                        small[1024 + 64 * mr + 8 * g + 2 * t + m],
                        small[1024 + 64 * mr + 8 * g + 2 * t + 4 + m]);
   }
+}
+// The 16-token chunk's output: its A_qk part, then out.
+__device__ __forceinline__ void bench_output(float* o, const float (&vn)[2][4],
+                                             const uint32_t* small, int g, int t,
+                                             uint32_t* o_dst) {
+  bench_intra_out<2>(o, vn, small, g, t);
 #pragma unroll
   for (int i = 0; i < 4; ++i) o_dst[i] = pack_bf16x2(o[2 * i], o[2 * i + 1]);
 }
@@ -583,6 +606,19 @@ __device__ __forceinline__ void prep_role(int chunks, float* sink) {
   for (int i = 0; i < 8; ++i) y += x[i];
   sink[threadIdx.x] = y;
 }
+// kCompete >= 0: threads 0-255 run the prepare role (true: done), the scan warpgroup takes its
+// registers. kCompete < 0: no prepare threads.
+template <int kTok, int kCompete>
+__device__ __forceinline__ bool ran_prepare(int chunks, uint32_t* sink) {
+  if constexpr (kCompete >= 0) {
+    if (threadIdx.x < 256) {
+      prep_role<kTok, kCompete>(chunks, reinterpret_cast<float*>(sink));
+      return true;
+    }
+    setmaxnreg_inc<232>();
+  }
+  return false;
+}
 
 // Interleaved chains (session 24): kChains (1 or 2) independent 64-row slices of S^T in ONE
 // warpgroup, sharing the B operands (the two value halves of a kVs = 128 head), each chain as the
@@ -600,21 +636,14 @@ __global__ void __launch_bounds__(kCompete >= 0 ? 384 : 256, 1)
     interleaved_kernel(int chunks, float* state_out, uint32_t* o_out, int /*not used*/) {
   extern __shared__ __align__(128) unsigned char smem[];
   zero_smem(smem);
-  if constexpr (kCompete >= 0) {  // kCompete FFMA per prepare thread and 16 tokens
-    if (threadIdx.x < 256) return prep_role<16, kCompete>(chunks, reinterpret_cast<float*>(o_out));
-    setmaxnreg_inc<232>();
-  }
-  const float* decay = reinterpret_cast<const float*>(smem);
-  const uint32_t* small = reinterpret_cast<const uint32_t*>(smem + 8192);  // Tb, A_qk (zeros)
-  const SmemDesc desc = smem_desc_noswizzle(smem, kLbo, kSbo);
+  if (ran_prepare<16, kCompete>(chunks, o_out)) return;  // kCompete FFMA per thread, 16 tokens
+  const auto [decay, small, desc] = bench_operands(smem);
   constexpr uint32_t kStep = 2 * kLbo / 16;
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 
   float S[kChains][64];
 #pragma unroll
-  for (int c = 0; c < kChains; ++c)
-#pragma unroll
-    for (int i = 0; i < 64; ++i) S[c][i] = 0.01f * float((threadIdx.x + i + c) % 7);
+  for (int c = 0; c < kChains; ++c) bench_state(S[c], c);
   float acc[kChains][16];
   float part[kSplit][16];  // kSplit > 1: key tile j accumulates into part[j % kSplit]
 #pragma unroll
@@ -718,15 +747,12 @@ __global__ void __launch_bounds__(128, 1)
     lookahead_kernel(int chunks, float* state_out, uint32_t* o_out, int /*not used*/) {
   extern __shared__ __align__(128) unsigned char smem[];
   zero_smem(smem);
-  const float* decay = reinterpret_cast<const float*>(smem);
-  const uint32_t* small = reinterpret_cast<const uint32_t*>(smem + 8192);  // Tb, A_qk, G, H
-  const SmemDesc desc = smem_desc_noswizzle(smem, kLbo, kSbo);
+  const auto [decay, small, desc] = bench_operands(smem);
   constexpr uint32_t kStep = 2 * kLbo / 16;
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 
   float S[64];
-#pragma unroll
-  for (int i = 0; i < 64; ++i) S[i] = 0.01f * float((threadIdx.x + i) % 7);
+  bench_state(S, 0);
   float Y[16], Yn[16], vprev[2][4];
 #pragma unroll
   for (int i = 0; i < 16; ++i) Y[i] = Yn[i] = 0.0f;
@@ -825,19 +851,13 @@ __global__ void __launch_bounds__(kCompete >= 0 ? 384 : 256, 1)
     chain32_kernel(int chunks, float* state_out, uint32_t* o_out, int /*not used*/) {
   extern __shared__ __align__(128) unsigned char smem[];
   zero_smem(smem);
-  if constexpr (kCompete >= 0) {
-    if (threadIdx.x < 256) return prep_role<32, kCompete>(chunks, reinterpret_cast<float*>(o_out));
-    setmaxnreg_inc<232>();
-  }
-  const float* decay = reinterpret_cast<const float*>(smem);
-  const uint32_t* small = reinterpret_cast<const uint32_t*>(smem + 8192);  // Tb, A_qk (zeros)
-  const SmemDesc desc = smem_desc_noswizzle(smem, kLbo, kSbo);
+  if (ran_prepare<32, kCompete>(chunks, o_out)) return;
+  const auto [decay, small, desc] = bench_operands(smem);
   constexpr uint32_t kStep = 2 * kLbo / 16;
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 
   float S[64];
-#pragma unroll
-  for (int i = 0; i < 64; ++i) S[i] = 0.01f * float((threadIdx.x + i) % 7);
+  bench_state(S, 0);
   float acc[32];  // token tiles 0-3 P^T, 4-7 O^T
 #pragma unroll
   for (int i = 0; i < 32; ++i) acc[i] = 0.0f;
@@ -899,16 +919,7 @@ __global__ void __launch_bounds__(kCompete >= 0 ? 384 : 256, 1)
     wgmma_commit_group();
     // O^T += V_new^T A_qk^T over the lower triangle (10 m16n8k8), out: in the update's shadow.
     float* o = &acc[16];
-#pragma unroll
-    for (int m = 0; m < 4; ++m) {
-      uint32_t av[4];
-      tile_to_tf32(vn[m], av);
-#pragma unroll
-      for (int mr = m; mr < 4; ++mr)
-        mma_m16n8k8_tf32(*reinterpret_cast<float(*)[4]>(o + 4 * mr), av,
-                         small[1024 + 64 * mr + 8 * g + 2 * t + m],
-                         small[1024 + 64 * mr + 8 * g + 2 * t + 4 + m]);
-    }
+    bench_intra_out<4>(o, vn, small, g, t);
 #pragma unroll
     for (int i = 0; i < 4; ++i)
       o_dst[i] = pack_bf16x2(o[2 * i], o[2 * i + 1]) ^ pack_bf16x2(o[8 + 2 * i], o[9 + 2 * i]);
