@@ -962,11 +962,10 @@ __global__ void __launch_bounds__(256, 1) wgmma_rate_kernel(int iters, long long
     for (int j = 0; j < 16; ++j) {
       auto& d = acc[j % kAccs];
       const SmemDesc b = desc + kStep * (j % 8);
-      if constexpr (kShape == 0) wgmma_m64n16k8_tf32_rs(d, a, b, true);
-      else if constexpr (kShape == 1) wgmma_m64n32k8_tf32_rs(d, a, b, true);
-      else if constexpr (kShape == 2) wgmma_m64n64k8_tf32_rs(d, a, b, true);
-      else if constexpr (kShape == 3) wgmma_m64n128k16_bf16_rs(d, a, b, true);
-      else wgmma_m64n32k16_bf16_rs(d, a, b, true);
+      if constexpr (kShape >= 3)
+        bf16_rs<kN>(d, a, b, true);
+      else
+        tf32_rs<kN>(d, a, b, true);
     }
     wgmma_commit_group();
     wgmma_wait_group<kWait>();
