@@ -128,4 +128,27 @@ inline Err compare(const HostBuf& got, const HostBuf& ref) {
   return compare(got, ref, [](size_t) { return true; });
 }
 
+// Median GPU time in ms (CUDA events on the default stream) of `reps` calls of `launch`, after
+// the caller's warm-up (the microbenchmarks: test_scan_chain_bench.cu, test_cluster_push_bench.cu).
+template <class Launch>
+float median_event_ms(Launch&& launch, int reps) {
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  std::vector<float> ms;
+  for (int r = 0; r < reps; ++r) {
+    cudaEventRecord(e0);
+    launch();
+    cudaEventRecord(e1);
+    cudaEventSynchronize(e1);
+    float t = 0.0f;
+    cudaEventElapsedTime(&t, e0, e1);
+    ms.push_back(t);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
 }  // namespace fastkda_gpu_test

@@ -166,24 +166,9 @@ float us_per_step(int pairs, int work, int steps) {
     kernel<<<2 * pairs, kThreads, kSmemBytes>>>(steps, work, static_cast<float*>(sink.get()));
   };
   launch();
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  std::vector<float> ms;
-  for (int r = 0; r < 7; ++r) {
-    cudaEventRecord(e0);
-    launch();
-    cudaEventRecord(e1);
-    cudaEventSynchronize(e1);
-    float t = 0.0f;
-    cudaEventElapsedTime(&t, e0, e1);
-    ms.push_back(t);
-  }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
+  const float ms = fastkda_gpu_test::median_event_ms(launch, 7);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2] * 1000.0f / float(steps);
+  return ms * 1000.0f / float(steps);
 }
 
 TEST(ClusterPushBench, DISABLED_StagePush) {

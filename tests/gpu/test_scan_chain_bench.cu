@@ -1074,24 +1074,9 @@ float time_kernel(ChainKernel kernel, int warpgroups, int sms, int tokens, int d
                                          static_cast<uint32_t*>(o.get()), desync);
   };
   for (int i = 0; i < 2; ++i) launch();
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  std::vector<float> ms;
-  for (int r = 0; r < 9; ++r) {
-    cudaEventRecord(e0);
-    launch();
-    cudaEventRecord(e1);
-    cudaEventSynchronize(e1);
-    float t = 0.0f;
-    cudaEventElapsedTime(&t, e0, e1);
-    ms.push_back(t);
-  }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
+  const float ms = fastkda_gpu_test::median_event_ms(launch, 9);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2] * 1000.0f / float(tokens / 16);  // us per 16 tokens
+  return ms * 1000.0f / float(tokens / 16);  // us per 16 tokens
 }
 template <int C>
 float time_chain(int warpgroups, int sms, int tokens, int desync = 0) {
