@@ -1,5 +1,5 @@
 // Scan-chain microbenchmark: the sequential part of the chunked scan alone (no prepare, no loads),
-// for chunk lengths C = 16, 32, 64, to size the 64-token scan (docs/prefill.md, item 0) before
+// for chunk lengths C = 16, 32, 64, to size the 64-token scan (docs/prefill_history.md, item 0) before
 // building it. Per chunk and warpgroup (64 value rows of S^T, 64 f32 registers per thread), with
 // operands in shared memory (zeros: wgmma's time does not depend on values):
 //   P^T = S^T kw^T and O^T = S^T qs^T    2 x 16 wgmma m64nCk8 tf32 (A = tf32(S) from registers)
@@ -15,8 +15,8 @@
 // step on wgmma (not mma.sync), no output staging. The C = 16 row is the comparison point.
 // Measured (session 12, H200, us per 16 tokens, C = 16 / 32 / 64): kVs = 64 0.77 / 0.90 / 1.05,
 // kVs = 128 1.17 / 1.43 / 1.72, kVs = 128 with the warpgroups apart 1.10 / 1.35 / 1.72: longer
-// chunks cost more per token in the chain (docs/prefill.md, Session 12).
-// Session 24 (DISABLED_Interleaved, DISABLED_WgmmaRates; docs/prefill.md, Session 24): each wgmma
+// chunks cost more per token in the chain (docs/prefill_history.md, Session 12).
+// Session 24 (DISABLED_Interleaved, DISABLED_WgmmaRates; docs/prefill_history.md, Session 24): each wgmma
 // shape runs at its peak rate (m64n32k8 tf32 16 clocks, m64n128k16 bf16 64, m64n16k8 tf32 13; two
 // warpgroups share one pipe per SM), but the issuing warp stalls on each wgmma until the pipe takes
 // it, mma.sync does not run beside a wgmma group, and ALU or mma.sync work written between the

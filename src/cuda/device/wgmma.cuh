@@ -1,6 +1,6 @@
 // Warpgroup MMA (sm_90a wgmma) wrappers: A from registers (the state S^T is an accumulator), B
-// from shared memory through a matrix descriptor, no swizzle. Used by the kVs = 128 scan
-// (prefill/scan.cuh scan_chunk_wg) and meant for the planned 64-token scan (docs/prefill.md);
+// from shared memory through a matrix descriptor, no swizzle. Used by the kVs = 128 and kVs = 64
+// scans (prefill/scan.cuh scan_chunk_wg; docs/prefill.md, "The wgmma scan");
 // tests/gpu/test_wgmma_gpu.cu pins the layouts below against a CPU product.
 //
 // Register layouts, per warp w of the warpgroup (rows 16 w .. 16 w + 15 of the 64), g = lane / 4,
