@@ -1,9 +1,9 @@
 """Precision emulation of the chunked KDA forward for a chunk length C and per-product operand
 precisions, against the fp64 token recurrence (numpy only, no GPU).
 
-Purpose: choose the operand precisions of a scan with C = 64 (the next prefill kernel,
-docs/prefill_history.md "What is next") before writing it, the way the tf32 / split-bf16 choices of the
-C = 16 kernel were made. Every MMA product is modelled by rounding its operands and accumulating
+Purpose: choose the operand precisions of a scan with C = 64 (then the next prefill kernel,
+docs/prefill_history.md "What is next") before writing it, the way the tf32 / split-bf16 choices of
+the C = 16 kernel were made. Every MMA product is modelled by rounding its operands and accumulating
 exactly (the tensor cores' f32 accumulation is far finer than the operand roundings); everything
 else is f32.
 

@@ -1,9 +1,9 @@
 // Cluster push microbenchmark (session 25): could one SM prepare the scan stages of another SM's
-// scan and push them through distributed shared memory (DSMEM) as fast as the chain consumes
-// them? Session 25's 32-token scan probe (bench/results/2026-11-30_s25/pair_probe.patch,
-// docs/prefill_history.md "Session 25") ran the chain at ~1.2 us per 32-token step once the prepare's
-// math was taken off the SM, and at ~2.5 us with it; a producer CTA on a second SM would have to
-// deliver one ~60 KiB stage per ~1.1 us (~55 GB/s per SM pair, ~3.5 TB/s over 64 pairs).
+// scan and push them through distributed shared memory (DSMEM) as fast as the chain consumes them?
+// Session 25's 32-token scan probe (bench/results/2026-11-30_s25/pair_probe.patch,
+// docs/prefill_history.md "Session 25") ran the chain at ~1.2 us per 32-token step once the
+// prepare's math was taken off the SM, and at ~2.5 us with it; a producer CTA on a second SM would
+// have to deliver one ~60 KiB stage per ~1.1 us (~55 GB/s per SM pair, ~3.5 TB/s over 64 pairs).
 //
 // Clusters of two CTAs: rank 0 (producer) pushes kStageBytes per step from its shared memory into
 // one of the consumer's kBufs buffers with cp.async.bulk shared::cluster copies completing on the

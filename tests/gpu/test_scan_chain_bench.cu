@@ -1,7 +1,7 @@
 // Scan-chain microbenchmark: the sequential part of the chunked scan alone (no prepare, no loads),
-// for chunk lengths C = 16, 32, 64, to size the 64-token scan (docs/prefill_history.md, item 0) before
-// building it. Per chunk and warpgroup (64 value rows of S^T, 64 f32 registers per thread), with
-// operands in shared memory (zeros: wgmma's time does not depend on values):
+// for chunk lengths C = 16, 32, 64, to size the 64-token scan (docs/prefill_history.md, item 0)
+// before building it. Per chunk and warpgroup (64 value rows of S^T, 64 f32 registers per thread),
+// with operands in shared memory (zeros: wgmma's time does not depend on values):
 //   P^T = S^T kw^T and O^T = S^T qs^T    2 x 16 wgmma m64nCk8 tf32 (A = tf32(S) from registers)
 //   V_new^T = (v^T - P^T) Tb^T           C / 16 k16 steps x 3 wgmma m64nCk16 bf16 (split hi / lo)
 //   O^T += V_new^T A_qk^T                C / 8 wgmma m64nCk8 tf32 (A = tf32(V_new))
@@ -16,18 +16,18 @@
 // Measured (session 12, H200, us per 16 tokens, C = 16 / 32 / 64): kVs = 64 0.77 / 0.90 / 1.05,
 // kVs = 128 1.17 / 1.43 / 1.72, kVs = 128 with the warpgroups apart 1.10 / 1.35 / 1.72: longer
 // chunks cost more per token in the chain (docs/prefill_history.md, Session 12).
-// Session 24 (DISABLED_Interleaved, DISABLED_WgmmaRates; docs/prefill_history.md, Session 24): each wgmma
-// shape runs at its peak rate (m64n32k8 tf32 16 clocks, m64n128k16 bf16 64, m64n16k8 tf32 13; two
-// warpgroups share one pipe per SM), but the issuing warp stalls on each wgmma until the pipe takes
-// it, mma.sync does not run beside a wgmma group, and ALU or mma.sync work written between the
-// wgmma of a group slows the group: so neither two chains in one warpgroup (1.086 us per 16 tokens
-// for 128 rows, two warpgroups 1.066), split accumulators (0.64-0.65 against 0.636) nor a lookahead
-// with its small products inside the wgmma stream (0.72-0.73) beats the shipped order. A 32-token
-// chunk done the kernel's way (chain32_kernel) does: 0.551 against 0.640 us per 16 tokens (one
-// warpgroup), 0.966 against 1.055 (two); session 12's C = 32 row above formed its small products
-// with wgmma and waited after each P^T / O^T batch. Beside two synthetic prepare groups (kCompete)
-// the gain shrinks with their load: -13 / -15 / -15 / -9.5 / -5 % at 0 / 64 / 128 / 256 / 560
-// FFMA per prepare thread and 16 tokens.
+// Session 24 (DISABLED_Interleaved, DISABLED_WgmmaRates; docs/prefill_history.md, Session 24): each
+// wgmma shape runs at its peak rate (m64n32k8 tf32 16 clocks, m64n128k16 bf16 64, m64n16k8 tf32 13;
+// two warpgroups share one pipe per SM), but the issuing warp stalls on each wgmma until the pipe
+// takes it, mma.sync does not run beside a wgmma group, and ALU or mma.sync work written between
+// the wgmma of a group slows the group: so neither two chains in one warpgroup (1.086 us per 16
+// tokens for 128 rows, two warpgroups 1.066), split accumulators (0.64-0.65 against 0.636) nor a
+// lookahead with its small products inside the wgmma stream (0.72-0.73) beats the shipped order. A
+// 32-token chunk done the kernel's way (chain32_kernel) does: 0.551 against 0.640 us per 16 tokens
+// (one warpgroup), 0.966 against 1.055 (two); session 12's C = 32 row above formed its small
+// products with wgmma and waited after each P^T / O^T batch. Beside two synthetic prepare groups
+// (kCompete) the gain shrinks with their load: -13 / -15 / -15 / -9.5 / -5 % at 0 / 64 / 128 /
+// 256 / 560 FFMA per prepare thread and 16 tokens.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
