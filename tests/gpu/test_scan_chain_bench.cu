@@ -730,6 +730,158 @@ __global__ void __launch_bounds__(kCompete >= 0 ? 384 : 256, 1)
   for (int i = 0; i < 64; ++i) dst[i] = S[0][i] + S[kChains - 1][i];
 }
 
+// The transition pass's chunk of scan_chunk_wg<128, false> written for fewer registers (session
+// 27, to fit four scan warpgroups and a prepare group in 96 registers per thread): P^T in
+// batches of kBatch key tiles (the shipped chunk: 8, 32 registers of tf32 copies of S), and with
+// kBatch = 0 no copies at all: the A operands are S's own registers (truncated tf32, in the A
+// order: c0, c2, c1, c3).
+template <int kBatch>
+__device__ __forceinline__ void lean_transition_chunk(const fastkda::prefill_cuda::WgScanStage<128>& sb,
+                                                      float (&S)[16][4], int vc) {
+  using namespace fastkda::prefill_cuda;
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  float pk[2][4];
+#pragma unroll
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int f = 0; f < 4; ++f) pk[m][f] = 0.0f;
+  auto& pk8 = reinterpret_cast<float(&)[8]>(pk);
+  auto& S64 = reinterpret_cast<float(&)[64]>(S);
+  const SmemDesc desc_w = smem_desc_noswizzle(sb.w, kWgLboKeys, kWgSboKeys);
+  constexpr uint32_t kStepW = 2 * kWgLboKeys / 16;
+  wgmma_fence_operands(pk8);
+  if constexpr (kBatch == 0) {
+    wgmma_fence();
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      const uint32_t af[4] = {__float_as_uint(S[j][0]), __float_as_uint(S[j][2]),
+                              __float_as_uint(S[j][1]), __float_as_uint(S[j][3])};
+      wgmma_m64n16k8_tf32_rs(pk8, af, desc_w + kStepW * j, true);
+    }
+    wgmma_commit_group();
+    wgmma_wait_group<0>();
+#pragma unroll
+    for (int j = 0; j < 16; ++j)
+      decay_tile(S[j], *reinterpret_cast<const float2*>(&sb.decay[8 * j + 2 * t]));
+  } else {
+#pragma unroll
+    for (int b = 0; b < 16; b += kBatch) {
+      uint32_t af[kBatch][4];
+#pragma unroll
+      for (int jj = 0; jj < kBatch; ++jj) acc_to_a(S[b + jj], af[jj]);
+      wgmma_fence();
+#pragma unroll
+      for (int jj = 0; jj < kBatch; ++jj)
+        wgmma_m64n16k8_tf32_rs(pk8, af[jj], desc_w + kStepW * (b + jj), true);
+      wgmma_commit_group();
+#pragma unroll
+      for (int jj = 0; jj < kBatch; ++jj)
+        decay_tile(S[b + jj], *reinterpret_cast<const float2*>(&sb.decay[8 * (b + jj) + 2 * t]));
+      wgmma_wait_group<0>();
+    }
+  }
+  wgmma_fence_operands(pk8);
+  float vn[2][4];
+  {
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+      for (int f = 0; f < 4; ++f) {
+        const uint32_t pair = sb.vt[vc + g + (f >= 2 ? 8 : 0)][4 * m + t];
+        const float v = __uint_as_float((f & 1) ? (pair & 0xffff0000u) : (pair << 16));
+        pk[m][f] = v - pk[m][f];
+      }
+    uint32_t xh[4], xl[4];
+    split_vnew(pk, xh, xl);
+#pragma unroll
+    for (int mr = 0; mr < 2; ++mr) {
+      const uint4 b = *reinterpret_cast<const uint4*>(&sb.tb[8 * mr + g][tb_col(t, 0)]);
+#pragma unroll
+      for (int f = 0; f < 4; ++f) vn[mr][f] = 0.0f;
+      mma_m16n8k16_bf16(vn[mr], xl, b.x, b.y);
+      mma_m16n8k16_bf16(vn[mr], xh, b.z, b.w);
+      mma_m16n8k16_bf16(vn[mr], xh, b.x, b.y);
+    }
+  }
+  uint32_t vh[4], vl[4];
+  split_vnew(vn, vh, vl);
+  const SmemDesc desc_kh = smem_desc_noswizzle(sb.ke_hi, kWgLbo, kWgSboKe);
+  const SmemDesc desc_kl = smem_desc_noswizzle(sb.ke_lo, kWgLbo, kWgSboKe);
+  wgmma_fence_operands(S64);
+  wgmma_fence();
+  wgmma_m64n128k16_bf16_rs(S64, vl, desc_kh, true);
+  wgmma_m64n128k16_bf16_rs(S64, vh, desc_kl, true);
+  wgmma_m64n128k16_bf16_rs(S64, vh, desc_kh, true);
+  wgmma_commit_group();
+  wgmma_wait_group<0>();
+  wgmma_fence_operands(S64);
+}
+
+// One synthetic prepare group for transition_chain_kernel: kFfma FFMA per thread and chunk (8
+// independent chains), every chunk handed over on Full / Empty (ids 2, 3 / 4, 5) in turn.
+template <int kFfma>
+__device__ __forceinline__ void prep_ffma(int chunks, int handoff, float* sink) {
+  float x[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) x[i] = float(threadIdx.x + i);
+  for (int c = 0; c < chunks; ++c) {
+    if (c >= 2) bar_sync(kCompeteEmpty + c % 2, handoff);
+#pragma unroll 1
+    for (int it = 0; it < kFfma / 8; ++it)
+#pragma unroll
+      for (int i = 0; i < 8; ++i) x[i] = fmaf(x[i], 0.999f, 1e-3f);
+    bar_arrive(kCompeteFull + c % 2, handoff);
+  }
+  float y = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) y += x[i];
+  sink[threadIdx.x] = y;
+}
+
+// Session 27: split T's pass-1 chunk (the shipped scan_chunk_wg<128, false>: P^T on m64n16k8,
+// V_new^T by split-bf16 mma.sync, decay, three m64n128k16) with 2 scan warpgroups (128 rows of S^T:
+// today's value or transition CTA) or 4 (256 rows: a segment's value and transition slices in
+// one CTA, sharing one prepare), beside one synthetic prepare warpgroup of kPrepFfma FFMA per
+// thread and chunk (< 0: none) that hands chunks over through Full / Empty named barriers as the
+// kernel's does. Launch bounds kLaunch set the register cap (640 threads: 96 per thread).
+template <int kLaunch, int kPrepFfma, int kChunk = -1, int kPrepRegs = 0, int kScanRegs = 0>
+__global__ void __launch_bounds__(kLaunch, 1)
+    transition_chain_kernel(int chunks, float* state_out, uint32_t* o_out, int /*not used*/) {
+  using namespace fastkda::prefill_cuda;
+  extern __shared__ __align__(128) unsigned char smem[];
+  static_assert(sizeof(WgScanStage<128>) + 8 * kC * kLdOut * 2 <= kSmemBytes, "bench smem");
+  zero_smem(smem);
+  constexpr int kPrep = kPrepFfma >= 0 ? 128 : 0;
+  const int handoff = int(blockDim.x);
+  if constexpr (kPrep > 0) {
+    if (int(threadIdx.x) < kPrep) {
+      setmaxnreg_dec<kPrepRegs ? kPrepRegs : kLaunch == 640 ? 96 : 112>();
+      prep_ffma<kPrepFfma>(chunks, handoff, reinterpret_cast<float*>(o_out));
+      return;
+    }
+    setmaxnreg_inc<kScanRegs ? kScanRegs : kLaunch == 640 ? 96 : 152>();
+  }
+  const int tid = int(threadIdx.x) - kPrep, warp = tid / 32, wg = tid / 128;
+  const auto& sb = *reinterpret_cast<const WgScanStage<128>*>(smem);
+  auto& ostage = *reinterpret_cast<uint16_t(*)[kC][kLdOut]>(smem + sizeof(WgScanStage<128>) +
+                                                            size_t(warp % 8) * kC * kLdOut * 2);
+  float S[16][4];
+  bench_state(reinterpret_cast<float(&)[64]>(S), wg);
+  wgmma_fence_operands(reinterpret_cast<float(&)[64]>(S));
+  const PrefillArgs a{};
+  for (int c = 0; c < chunks; ++c) {
+    bar_sync(kPrep ? kCompeteFull + c % 2 : 1, handoff);
+    if constexpr (kChunk < 0)
+      scan_chunk_wg<128, false>(a, sb, ostage, S, 16 * (warp % 8), nullptr, kC, true);
+    else
+      lean_transition_chunk<kChunk>(sb, S, 16 * (warp % 8));
+    if (kPrep && c + 2 < chunks) bar_arrive(kCompeteEmpty + c % 2, handoff);
+  }
+  float* dst = state_out + (size_t(blockIdx.x) * blockDim.x + threadIdx.x) * 64;
+#pragma unroll
+  for (int i = 0; i < 64; ++i) dst[i] = S[i / 4][i % 4];
+}
+
 // One chunk of lookahead with the small products on mma.sync inside the wgmma stream (session 24).
 // With S_{c+1} = S_c D_c + V_c^T ke_c, chunk c + 1's K = 128 products come from S_c:
 //   Y_c = S_c [D_c kw_{c+1}; D_c qs_{c+1}]^T            16 m64n32k8 (as today's P^T / O^T)
@@ -1167,6 +1319,43 @@ TEST(ScanChainBench, DISABLED_Interleaved) {
               time_kernel<32>(chain32_kernel<256>, 3, sms, kTokens),
               time_kernel<16>(interleaved_kernel<1, 1, 560>, 3, sms, kTokens),
               time_kernel<32>(chain32_kernel<560>, 3, sms, kTokens));
+}
+
+// Session 27: split T's pass-1 chunk with 2 or 4 scan warpgroups (transition_chain_kernel), us per
+// 16 tokens; a CTA of 4 warpgroups does the work of two of 2. Measured (H200, two runs): shipped
+// chunk 2 warpgroups 0.964-0.971 alone, 0.925-0.930 / 1.044-1.053 / 1.616-1.623 beside a prepare
+// group of 0 / 280 / 560 FFMA; 4 warpgroups (128 registers, ptxas serialises) 1.818-1.837. Lean
+// chunk, batch 2 / 4: 2 warpgroups 0.915-0.929 / 0.943-0.947, 4 warpgroups (not serialised)
+// 1.614-1.622 / 1.656-1.662, 4 warpgroups beside a prepare group in 640 threads (56 / 104
+// registers: serialised, spills) 1.84-2.35. So 256 rows in one CTA cost ~0.88x two CTAs of 128
+// rows before any prepare, not the ~0.5x that the tensor pipe's rate would allow.
+TEST(ScanChainBench, DISABLED_TransitionRows) {
+  int dev = 0, sms = 0;
+  ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), cudaSuccess);
+  constexpr int kTokens = 8192;
+  for (int rep = 0; rep < 2; ++rep) {
+    std::printf("TRANSCHAIN us_per_16_tokens shipped chunk: no_prep 2wg %.3f 4wg(512) %.3f | "
+                "prep0 2wg %.3f | prep560 2wg %.3f | prep280 2wg %.3f\n",
+                time_kernel<16>(transition_chain_kernel<256, -1>, 2, sms, kTokens),
+                time_kernel<16>(transition_chain_kernel<512, -1>, 4, sms, kTokens),
+                time_kernel<16>(transition_chain_kernel<384, 0>, 3, sms, kTokens),
+                time_kernel<16>(transition_chain_kernel<384, 560>, 3, sms, kTokens),
+                time_kernel<16>(transition_chain_kernel<384, 280>, 3, sms, kTokens));
+    std::printf("TRANSCHAIN us_per_16_tokens lean chunk batch 2/4: no_prep 2wg %.3f/%.3f "
+                "4wg(512) %.3f/%.3f | 4wg+prep(640, prep 56 / scan 104 registers) prep0 %.3f/%.3f "
+                "prep280 %.3f/%.3f prep560 %.3f/%.3f\n",
+                time_kernel<16>(transition_chain_kernel<256, -1, 2>, 2, sms, kTokens),
+                time_kernel<16>(transition_chain_kernel<256, -1, 4>, 2, sms, kTokens),
+                time_kernel<16>(transition_chain_kernel<512, -1, 2>, 4, sms, kTokens),
+                time_kernel<16>(transition_chain_kernel<512, -1, 4>, 4, sms, kTokens),
+                time_kernel<16>(transition_chain_kernel<640, 0, 2, 56, 104>, 5, sms, kTokens),
+                time_kernel<16>(transition_chain_kernel<640, 0, 4, 56, 104>, 5, sms, kTokens),
+                time_kernel<16>(transition_chain_kernel<640, 280, 2, 56, 104>, 5, sms, kTokens),
+                time_kernel<16>(transition_chain_kernel<640, 280, 4, 56, 104>, 5, sms, kTokens),
+                time_kernel<16>(transition_chain_kernel<640, 560, 2, 56, 104>, 5, sms, kTokens),
+                time_kernel<16>(transition_chain_kernel<640, 560, 4, 56, 104>, 5, sms, kTokens));
+  }
 }
 
 // Session 24: clock cycles per wgmma instruction of the scan's shapes (see wgmma_rate_kernel).
