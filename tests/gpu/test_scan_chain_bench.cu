@@ -732,12 +732,12 @@ __global__ void __launch_bounds__(kCompete >= 0 ? 384 : 256, 1)
 
 // The transition pass's chunk of scan_chunk_wg<128, false> written for fewer registers (session
 // 27, to fit four scan warpgroups and a prepare group in 96 registers per thread): P^T in
-// batches of kBatch key tiles (the shipped chunk: 8, 32 registers of tf32 copies of S), and with
-// kBatch = 0 no copies at all: the A operands are S's own registers (truncated tf32, in the A
-// order: c0, c2, c1, c3).
+// batches of kBatch key tiles (the shipped chunk: 8, 32 registers of tf32 copies of S). A
+// version without copies (S's own registers as the A operands, truncated tf32) made ptxas
+// serialise the chain even at 128 registers (C7512); it was not kept.
 template <int kBatch>
-__device__ __forceinline__ void lean_transition_chunk(const fastkda::prefill_cuda::WgScanStage<128>& sb,
-                                                      float (&S)[16][4], int vc) {
+__device__ __forceinline__ void lean_transition_chunk(
+    const fastkda::prefill_cuda::WgScanStage<128>& sb, float (&S)[16][4], int vc) {
   using namespace fastkda::prefill_cuda;
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   float pk[2][4];
@@ -750,35 +750,20 @@ __device__ __forceinline__ void lean_transition_chunk(const fastkda::prefill_cud
   const SmemDesc desc_w = smem_desc_noswizzle(sb.w, kWgLboKeys, kWgSboKeys);
   constexpr uint32_t kStepW = 2 * kWgLboKeys / 16;
   wgmma_fence_operands(pk8);
-  if constexpr (kBatch == 0) {
+#pragma unroll
+  for (int b = 0; b < 16; b += kBatch) {
+    uint32_t af[kBatch][4];
+#pragma unroll
+    for (int jj = 0; jj < kBatch; ++jj) acc_to_a(S[b + jj], af[jj]);
     wgmma_fence();
 #pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      const uint32_t af[4] = {__float_as_uint(S[j][0]), __float_as_uint(S[j][2]),
-                              __float_as_uint(S[j][1]), __float_as_uint(S[j][3])};
-      wgmma_m64n16k8_tf32_rs(pk8, af, desc_w + kStepW * j, true);
-    }
+    for (int jj = 0; jj < kBatch; ++jj)
+      wgmma_m64n16k8_tf32_rs(pk8, af[jj], desc_w + kStepW * (b + jj), true);
     wgmma_commit_group();
+#pragma unroll
+    for (int jj = 0; jj < kBatch; ++jj)
+      decay_tile(S[b + jj], *reinterpret_cast<const float2*>(&sb.decay[8 * (b + jj) + 2 * t]));
     wgmma_wait_group<0>();
-#pragma unroll
-    for (int j = 0; j < 16; ++j)
-      decay_tile(S[j], *reinterpret_cast<const float2*>(&sb.decay[8 * j + 2 * t]));
-  } else {
-#pragma unroll
-    for (int b = 0; b < 16; b += kBatch) {
-      uint32_t af[kBatch][4];
-#pragma unroll
-      for (int jj = 0; jj < kBatch; ++jj) acc_to_a(S[b + jj], af[jj]);
-      wgmma_fence();
-#pragma unroll
-      for (int jj = 0; jj < kBatch; ++jj)
-        wgmma_m64n16k8_tf32_rs(pk8, af[jj], desc_w + kStepW * (b + jj), true);
-      wgmma_commit_group();
-#pragma unroll
-      for (int jj = 0; jj < kBatch; ++jj)
-        decay_tile(S[b + jj], *reinterpret_cast<const float2*>(&sb.decay[8 * (b + jj) + 2 * t]));
-      wgmma_wait_group<0>();
-    }
   }
   wgmma_fence_operands(pk8);
   float vn[2][4];
