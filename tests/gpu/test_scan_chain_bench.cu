@@ -867,6 +867,130 @@ __global__ void __launch_bounds__(kLaunch, 1)
   for (int i = 0; i < 64; ++i) dst[i] = S[i / 4][i % 4];
 }
 
+// Session 28: the WY form of a C-token chunk for split T's first pass (no outputs). With
+// W = X (k^ . 2^G) and U = X v formed by the prepare over the whole C-token chunk (X the chunk's
+// C x C inverse, block forward substitution over its 16-token Tb blocks), the chain per chunk is
+// two products and nothing between them but conversions:
+//   P^T = S^T W^T                    16 wgmma m64nCk8 tf32 (A = tf32(S^T), batches of kBatch)
+//   V_new^T = U^T - P^T              value rows (transition rows: U = 0, W stored negated)
+//   S^T = S^T diag(d) + V_new^T ke   C / 16 k16 steps x 3 wgmma m64n128k16 bf16 (split hi / lo)
+// (the shipped 16-token chunk forms V_new^T = (v^T - P^T) Tb^T inside the chain by mma.sync, and
+// session 12's longer chunks did that product over the whole chunk: its cost grows with C^2).
+// kPrepFfma >= 0: two synthetic prepare warpgroups alternating chunks (the kVs = 128 kernel's two
+// groups, 112 / 144 registers), each thread kPrepFfma FFMA and each warp kPrepMma independent
+// mma.sync m16n8k16 per chunk of C tokens, handed over on Full / Empty named barriers.
+// kShipped: the shipped chunk (scan_chunk_wg<128, false>, C = 16) in the same harness.
+template <int kFfma, int kMma>
+__device__ __forceinline__ void prep_wy(int chunks, int handoff, float* sink) {
+  const int p = int(threadIdx.x) / 128;
+  float x[8], acc[4][4];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) x[i] = float(threadIdx.x + i);
+#pragma unroll
+  for (int i = 0; i < 16; ++i) acc[i / 4][i % 4] = 0.0f;
+  const uint32_t a[4] = {threadIdx.x, threadIdx.x + 1, threadIdx.x + 2, threadIdx.x + 3};
+  for (int c = p; c < chunks; c += 2) {
+    if (c >= 2) bar_sync(kCompeteEmpty + c % 2, handoff);
+#pragma unroll 1
+    for (int it = 0; it < kMma / 4; ++it)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) mma_m16n8k16_bf16(acc[i], a, a[i], uint32_t(it));
+#pragma unroll 1
+    for (int it = 0; it < kFfma / 8; ++it)
+#pragma unroll
+      for (int i = 0; i < 8; ++i) x[i] = fmaf(x[i], 0.999f, 1e-3f);
+    bar_arrive(kCompeteFull + c % 2, handoff);
+  }
+  float y = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) y += x[i] + acc[i / 2][i % 4];
+  sink[threadIdx.x] = y;
+}
+
+template <int C, bool kValue, int kBatch, int kPrepFfma = -1, int kPrepMma = 0,
+          bool kShipped = false>
+__global__ void __launch_bounds__(kPrepFfma >= 0 ? 512 : 256, 1)
+    wy_chain_kernel(int chunks, float* state_out, uint32_t* o_out, int /*not used*/) {
+  using namespace fastkda::prefill_cuda;
+  static_assert(!kShipped || C == 16, "the shipped chunk is 16 tokens");
+  static_assert(sizeof(WgScanStage<128>) + 8 * kC * kLdOut * 2 <= kSmemBytes, "bench smem");
+  extern __shared__ __align__(128) unsigned char smem[];
+  zero_smem(smem);
+  constexpr int kPrep = kPrepFfma >= 0 ? 256 : 0;
+  const int handoff = 128 + (int(blockDim.x) - kPrep);  // one prepare group + the scan threads
+  if constexpr (kPrep > 0) {
+    if (int(threadIdx.x) < kPrep) {
+      setmaxnreg_dec<112>();
+      prep_wy<kPrepFfma, kPrepMma>(chunks, handoff, reinterpret_cast<float*>(o_out));
+      return;
+    }
+    setmaxnreg_inc<144>();
+  }
+  const int tid = int(threadIdx.x) - kPrep, warp = tid / 32, wg = tid / 128, t = tid & 3;
+  const float* decay = reinterpret_cast<const float*>(smem);
+  const float4* ustage = reinterpret_cast<const float4*>(smem);  // [C / 8][scan threads]
+  const SmemDesc desc = smem_desc_noswizzle(smem, kLbo, kSbo);
+  constexpr uint32_t kStep = 2 * kLbo / 16;
+  const auto& sb = *reinterpret_cast<const WgScanStage<128>*>(smem);
+  auto& ostage = *reinterpret_cast<uint16_t(*)[kC][kLdOut]>(smem + sizeof(WgScanStage<128>) +
+                                                            size_t(warp % 8) * kC * kLdOut * 2);
+  const PrefillArgs args{};
+  float S[64];
+  bench_state(S, wg);
+  wgmma_fence_operands(S);
+  for (int c = 0; c < chunks; ++c) {
+    bar_sync(kPrep ? kCompeteFull + c % 2 : 1, kPrep ? handoff : int(blockDim.x));
+    if constexpr (kShipped) {
+      scan_chunk_wg<128, false>(args, sb, ostage, reinterpret_cast<float(&)[16][4]>(S),
+                                16 * (warp % 8), nullptr, kC, true);
+    } else {
+      float p[C / 2];
+#pragma unroll
+      for (int b = 0; b < 16; b += kBatch) {
+        uint32_t af[kBatch][4];
+#pragma unroll
+        for (int jj = 0; jj < kBatch; ++jj) tile_to_tf32(&S[4 * (b + jj)], af[jj]);
+        wgmma_fence();
+#pragma unroll
+        for (int jj = 0; jj < kBatch; ++jj)
+          tf32_rs<C>(p, af[jj], desc + kStep * (b + jj), b + jj > 0);
+        wgmma_commit_group();
+        wgmma_wait_group<0>();
+      }
+      wgmma_fence_operands(p);
+      bench_decay(S, decay, t, 0, 16);
+      if constexpr (kValue) {
+#pragma unroll
+        for (int i = 0; i < C / 8; ++i) {
+          const float4 u = ustage[i * 256 + tid];
+          p[4 * i + 0] = u.x - p[4 * i + 0];
+          p[4 * i + 1] = u.y - p[4 * i + 1];
+          p[4 * i + 2] = u.z - p[4 * i + 2];
+          p[4 * i + 3] = u.w - p[4 * i + 3];
+        }
+      }
+      uint32_t vh[C / 16][4], vl[C / 16][4];
+#pragma unroll
+      for (int kk = 0; kk < C / 16; ++kk) tiles_to_bf16(&p[8 * kk], vh[kk], vl[kk]);
+      wgmma_fence_operands(S);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < C / 16; ++kk) {
+        wgmma_m64n128k16_bf16_rs(S, vl[kk], desc + 32 * kk, true);
+        wgmma_m64n128k16_bf16_rs(S, vh[kk], desc + 32 * kk + 16, true);
+        wgmma_m64n128k16_bf16_rs(S, vh[kk], desc + 32 * kk, true);
+      }
+      wgmma_commit_group();
+      wgmma_wait_group<0>();
+      wgmma_fence_operands(S);
+    }
+    if (kPrep && c + 2 < chunks) bar_arrive(kCompeteEmpty + c % 2, handoff);
+  }
+  float* dst = state_out + (size_t(blockIdx.x) * blockDim.x + threadIdx.x) * 64;
+#pragma unroll
+  for (int i = 0; i < 64; ++i) dst[i] = S[i];
+}
+
 // One chunk of lookahead with the small products on mma.sync inside the wgmma stream (session 24).
 // With S_{c+1} = S_c D_c + V_c^T ke_c, chunk c + 1's K = 128 products come from S_c:
 //   Y_c = S_c [D_c kw_{c+1}; D_c qs_{c+1}]^T            16 m64n32k8 (as today's P^T / O^T)
@@ -1340,6 +1464,75 @@ TEST(ScanChainBench, DISABLED_TransitionRows) {
                 time_kernel<16>(transition_chain_kernel<640, 280, 4, 56, 104>, 5, sms, kTokens),
                 time_kernel<16>(transition_chain_kernel<640, 560, 2, 56, 104>, 5, sms, kTokens),
                 time_kernel<16>(transition_chain_kernel<640, 560, 4, 56, 104>, 5, sms, kTokens));
+  }
+}
+
+// Session 28: the WY-form chunk of split T's first pass (wy_chain_kernel), us per 16 tokens, two
+// scan warpgroups (128 rows: a value or transition CTA of today's pass 1), alone and beside two
+// synthetic prepare groups whose load per 16 tokens is kF FFMA per thread (calibrated on the
+// shipped chunk, which takes ~1.2 us per chunk in the kernel's pass 1) and kM mma.sync per warp
+// and C tokens (the WY prepare's products: per 64 tokens ~1.4 M MACs for transition rows, ~2.2 M
+// for value rows, i.e. ~170 / ~270 m16n8k16 per prepare warp of the chunk's group).
+// Measured (H200, two runs, bench/results/2026-11-30_s28): alone, shipped 0.926; WY transition
+// C = 16 / 32 / 64 0.833 / 0.58 / 0.51-0.52, value 0.875 / 0.63 / 0.551 (one warpgroup: C = 16
+// 0.51, C = 64 0.30). Beside the prepare groups at 0 / 200 / 400 / 600 / 800 FFMA: shipped 0.93 /
+// 1.03 / 1.165 / 1.40 / 1.65 (the kernel's 1.2 us: ~430); WY C = 64 transition without products
+// 0.53 / 0.61 / 0.84 / 1.04 / 1.23, with its 170 mma.sync 0.74 / 0.99 / 1.19 / 1.37 / 1.56; value
+// C = 64 with 270 (200-800 FFMA) 1.13-1.82. With the products in its own prepare the WY chunk is
+// no faster than the shipped one; only a prepare without them (W made elsewhere) would be.
+template <int C, bool kValue, int kBatch, int kF, int kM>
+float wy_time(int sms, int tokens) {
+  return time_kernel<C>(wy_chain_kernel<C, kValue, kBatch, kF * C / 16, kM>, 4, sms, tokens);
+}
+TEST(ScanChainBench, DISABLED_WyChunks) {
+  constexpr int kB64 = 4;  // batch 8 beside the prepare groups (144 registers): C7512
+  int dev = 0, sms = 0;
+  ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), cudaSuccess);
+  constexpr int kTokens = 8192;
+  for (int rep = 0; rep < 2; ++rep) {
+    std::printf("WYCHAIN alone 2wg us_per_16_tokens shipped %.3f | transition C16 %.3f C32 %.3f "
+                "C64 %.3f C64b4 %.3f | value C16 %.3f C32 %.3f C64 %.3f | 1wg transition C16 "
+                "%.3f C64 %.3f\n",
+                time_kernel<16>(wy_chain_kernel<16, false, 8, -1, 0, true>, 2, sms, kTokens),
+                time_kernel<16>(wy_chain_kernel<16, false, 8>, 2, sms, kTokens),
+                time_kernel<32>(wy_chain_kernel<32, false, 8>, 2, sms, kTokens),
+                time_kernel<64>(wy_chain_kernel<64, false, 8>, 2, sms, kTokens),
+                time_kernel<64>(wy_chain_kernel<64, false, 4>, 2, sms, kTokens),
+                time_kernel<16>(wy_chain_kernel<16, true, 8>, 2, sms, kTokens),
+                time_kernel<32>(wy_chain_kernel<32, true, 8>, 2, sms, kTokens),
+                time_kernel<64>(wy_chain_kernel<64, true, 8>, 2, sms, kTokens),
+                time_kernel<16>(wy_chain_kernel<16, false, 8>, 1, sms, kTokens),
+                time_kernel<64>(wy_chain_kernel<64, false, 8>, 1, sms, kTokens));
+    std::printf("WYCHAIN shipped 2wg beside 2 prep groups, FFMA per thread and 16 tokens "
+                "0/200/400/600/800: %.3f %.3f %.3f %.3f %.3f\n",
+                time_kernel<16>(wy_chain_kernel<16, false, 8, 0, 0, true>, 4, sms, kTokens),
+                time_kernel<16>(wy_chain_kernel<16, false, 8, 200, 0, true>, 4, sms, kTokens),
+                time_kernel<16>(wy_chain_kernel<16, false, 8, 400, 0, true>, 4, sms, kTokens),
+                time_kernel<16>(wy_chain_kernel<16, false, 8, 600, 0, true>, 4, sms, kTokens),
+                time_kernel<16>(wy_chain_kernel<16, false, 8, 800, 0, true>, 4, sms, kTokens));
+    std::printf("WYCHAIN transition C64 beside 2 prep groups, FFMA 0/200/400/600/800 per 16 "
+                "tokens, mma 0: %.3f %.3f %.3f %.3f %.3f | mma 170: %.3f %.3f %.3f %.3f %.3f\n",
+                wy_time<64, false, kB64, 0, 0>(sms, kTokens),
+                wy_time<64, false, kB64, 200, 0>(sms, kTokens),
+                wy_time<64, false, kB64, 400, 0>(sms, kTokens),
+                wy_time<64, false, kB64, 600, 0>(sms, kTokens),
+                wy_time<64, false, kB64, 800, 0>(sms, kTokens),
+                wy_time<64, false, kB64, 0, 170>(sms, kTokens),
+                wy_time<64, false, kB64, 200, 170>(sms, kTokens),
+                wy_time<64, false, kB64, 400, 170>(sms, kTokens),
+                wy_time<64, false, kB64, 600, 170>(sms, kTokens),
+                wy_time<64, false, kB64, 800, 170>(sms, kTokens));
+    std::printf("WYCHAIN value C64 beside 2 prep groups, mma 270, FFMA 200/400/600/800: %.3f %.3f "
+                "%.3f %.3f | transition C32 mma 85, FFMA 200/400/600/800: %.3f %.3f %.3f %.3f\n",
+                wy_time<64, true, kB64, 200, 270>(sms, kTokens),
+                wy_time<64, true, kB64, 400, 270>(sms, kTokens),
+                wy_time<64, true, kB64, 600, 270>(sms, kTokens),
+                wy_time<64, true, kB64, 800, 270>(sms, kTokens),
+                wy_time<32, false, 8, 200, 85>(sms, kTokens),
+                wy_time<32, false, 8, 400, 85>(sms, kTokens),
+                wy_time<32, false, 8, 600, 85>(sms, kTokens),
+                wy_time<32, false, 8, 800, 85>(sms, kTokens));
   }
 }
 
