@@ -1480,7 +1480,9 @@ TEST(ScanChainBench, DISABLED_TransitionRows) {
 // 0.53 / 0.61 / 0.84 / 1.04 / 1.23, with its 170 mma.sync 0.74 / 0.99 / 1.19 / 1.37 / 1.56; value
 // C = 64 with 270 (200-800 FFMA) 1.13-1.82. With the products in its own prepare the WY chunk is
 // no faster than the shipped one; without them (W made elsewhere) the prepare keeps ~83 % of its
-// instructions (~355 FFMA here: ~0.8 us).
+// instructions (~355 FFMA here: ~0.8 us). Half of each prepare (215 FFMA, the two CTAs of a segment
+// sharing it; call 4): WY C = 64 transition 0.878-0.881, value 0.975-0.978, C = 32 1.00 / 1.04,
+// shipped 1.033-1.036 (before the cost of coupling the two CTAs, 4-8 % in session 22).
 template <int C, bool kValue, int kBatch, int kF, int kM>
 float wy_time(int sms, int tokens) {
   return time_kernel<C>(wy_chain_kernel<C, kValue, kBatch, kF * C / 16, kM>, 4, sms, tokens);
@@ -1534,6 +1536,14 @@ TEST(ScanChainBench, DISABLED_WyChunks) {
                 wy_time<32, false, 8, 400, 85>(sms, kTokens),
                 wy_time<32, false, 8, 600, 85>(sms, kTokens),
                 wy_time<32, false, 8, 800, 85>(sms, kTokens));
+    // Half of each prepare (a segment's two CTAs sharing it, every other chunk each): ~215 FFMA.
+    std::printf("WYCHAIN half prepare (215 FFMA): transition C64 mma 85 %.3f, value C64 mma 135 "
+                "%.3f, transition C32 mma 43 %.3f, value C32 mma 68 %.3f | shipped %.3f\n",
+                wy_time<64, false, kB64, 215, 85>(sms, kTokens),
+                wy_time<64, true, kB64, 215, 135>(sms, kTokens),
+                wy_time<32, false, 8, 215, 43>(sms, kTokens),
+                wy_time<32, true, 8, 215, 68>(sms, kTokens),
+                time_kernel<16>(wy_chain_kernel<16, false, 8, 215, 0, true>, 4, sms, kTokens));
   }
 }
 
