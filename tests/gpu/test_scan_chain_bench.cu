@@ -1461,7 +1461,7 @@ TEST(ScanChainBench, DISABLED_TransitionRows) {
 // instructions (~355 FFMA here: ~0.8 us). Half of each prepare (215 FFMA, the two CTAs of a segment
 // sharing it; call 4): WY C = 64 transition 0.878-0.881, value 0.975-0.978, C = 32 1.00 / 1.04,
 // shipped 1.033-1.036 (before the cost of coupling the two CTAs, 4-8 % in session 22). Rerun
-// after the bench's refactor on another machine (call 6): every value within -3 to +1 % of these.
+// after the bench's refactor on another machine (call 6): every value within -4 to +3 % of these.
 template <int C, bool kValue, int kBatch, int kF, int kM>
 float wy_time(int sms, int tokens) {
   return time_kernel<C>(wy_chain_kernel<C, kValue, kBatch, kF * C / 16, kM>, 4, sms, tokens);
