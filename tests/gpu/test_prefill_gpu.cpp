@@ -142,7 +142,7 @@ TEST(PrefillGpu, WorkspaceSizeAndDimsChecked) {
        {std::pair{"FASTKDA_PREFILL_SEG", "100"}, std::pair{"FASTKDA_PREFILL_SEG", "64x"},
         std::pair{"FASTKDA_PREFILL_ORDER", "yes"}, std::pair{"FASTKDA_PREFILL_VSPLIT", "3"},
         std::pair{"FASTKDA_PREFILL_PERSIST", "2"}, std::pair{"FASTKDA_PREFILL_STREAM", "on"},
-        std::pair{"FASTKDA_PREFILL_RETIRE", "101"}}) {
+        std::pair{"FASTKDA_PREFILL_RETIRE", "101"}, std::pair{"FASTKDA_PREFILL_FIRST_OUT", "2"}}) {
     ScopedEnv env(name, value);
     expect_error([&] { (void)fastkda::forward_workspace_size(f); }, name,
                  std::string(name) + "=" + value);
@@ -908,6 +908,33 @@ TEST(PrefillGpu, SplitTInvariants) {
   EXPECT_EQ(fastkda::forward_workspace_size(f),
             chunk_bytes + (tokens / 64 + n) * f.HV * 131072 + slot_map_bytes);
   check_graph_capture(c);
+}
+
+// Split T with segment 0's outputs in pass 1 (first_out, the default) against pass 2 doing them
+// (FASTKDA_PREFILL_FIRST_OUT=0): the same chunks by the same code from the same start, so the
+// same bits in the outputs, the final states and the boundary states; the batch mixes
+// one-segment sequences (pass 1 writes their final state) with longer ones, at every value split.
+TEST(PrefillGpu, SplitTFirstOutputs) {
+  FASTKDA_REQUIRE_GPU();
+  ScopedEnv env("FASTKDA_PREFILL_SEG", "128");
+  for (const char* vs : {"1", "2", "4"}) {
+    ScopedEnv env_vs("FASTKDA_PREFILL_VSPLIT", vs);
+    Case c;
+    c.seqlens = {0, 1, 100, 128, 129, 500, 17, 300};
+    c.H = 2, c.HV = 4, c.pool = true, c.boundary = true;
+    Problem p(c);
+    DeviceInputs d(p);
+    const Result on = run_gpu(p, d);
+    Result off;
+    {
+      ScopedEnv env_off("FASTKDA_PREFILL_FIRST_OUT", "0");
+      off = run_gpu(p, d);
+    }
+    EXPECT_TRUE(on.out.same_bits(off.out)) << "vsplit " << vs << "  " << p.describe();
+    EXPECT_TRUE(on.state.same_bits(off.state)) << "vsplit " << vs << "  " << p.describe();
+    EXPECT_TRUE(on.boundary.same_bits(off.boundary)) << "vsplit " << vs << "  " << p.describe();
+    check_against_oracle(p, (std::string("split first_out vsplit ") + vs).c_str());
+  }
 }
 
 // Longest-first CTA order (order.cuh): forced on a varlen batch with ties, empty and 1-token

@@ -54,6 +54,8 @@ struct PrefillArgs {
   int H, HV, group;  // group = HV / H
   int vsplit;        // CTAs per (sequence, value head), each kV / vsplit columns
   int seg_chunks;    // split T: chunks per segment (0 with Pass::kWhole)
+  bool first_out;    // split T: segment 0's value slices write their outputs in pass 1 (and
+                     // E_0, or a one-segment sequence's final state); pass 2 skips segment 0
   float* seg_ws;     // split T: [segment slots, HV, kSegFloats] (config.h)
   const int32_t* order;  // [N] varlen sequences, longest first (order.cuh); null: in order
   // Varlen intra grid: per chunk slot its first token and rows (slot_map_kernel, order.cuh;

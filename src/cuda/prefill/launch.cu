@@ -185,6 +185,7 @@ int env_vsplit() {
 struct Plan {
   int vsplit = 1;
   int seg_chunks = 0;
+  bool first_out = false;  // split T: segment 0's outputs in pass 1 (PrefillArgs::first_out)
   bool longest_first = false;  // order_kernel before the scan (varlen, more CTAs than SMs)
   bool persistent = false;     // unsplit scan on min(jobs, SMs) CTAs, each walking its jobs
   int sms = 0;
@@ -285,11 +286,19 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
   const int64_t tiles = longest_chunks(p) * heads;
   const double intra_us =
       double(p.B * p.T / prefill_cuda::kC + num_seq) * p.HV * kIntraTileUs / sms;
+  // first_out (FASTKDA_PREFILL_FIRST_OUT=0 turns it off): segment 0's output job runs in pass 1
+  // instead of its value-only job there and its output job in pass 2, so pass 2 has one segment
+  // fewer per sequence, and pass 1 lasts at least one such job.
+  const bool first_out = env_knob("FASTKDA_PREFILL_FIRST_OUT", "0 or 1", [](int64_t v) {
+                           return v == 0 || v == 1;
+                         }).value_or(1) == 1;
   auto split_us = [&](int vs, int seg_chunks) {
     const int64_t nseg = int64_t(std::ceil(chunks / seg_chunks));
-    return intra_us +
-           waves(heads * vs * (2 * nseg - 3)) * (seg_chunks * 0.85 * chunk_us(vs) + kWaveUs) +
-           waves(heads * vs * nseg) * (seg_chunks * chunk_us(vs) + kWaveUs) + kSegmentUs * nseg;
+    const double seg_us = seg_chunks * chunk_us(vs) + kWaveUs;
+    double pass1 = waves(heads * vs * (2 * nseg - 3)) * (seg_chunks * 0.85 * chunk_us(vs) + kWaveUs);
+    if (first_out) pass1 = std::max(pass1, seg_us);
+    return intra_us + pass1 + waves(heads * vs * (nseg - (first_out ? 1 : 0))) * seg_us +
+           kSegmentUs * nseg;
   };
   auto streamed = [&](int vs, int64_t& retire) {  // < 0: not possible
     const int64_t jobs = heads * vs;
@@ -312,6 +321,7 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
   if (forced_seg) {  // a forced segment length runs at the forced value split, else 1
     plan.seg_chunks = int(*forced_seg / prefill_cuda::kC);
     if (plan.seg_chunks > 0) plan.vsplit = forced_vs ? forced_vs : 1;
+    plan.first_out = plan.seg_chunks > 0 && first_out;
     return plan;
   }
   if (!forced_stream || *forced_stream == 1) {
@@ -331,13 +341,24 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
   double best = 0.97 * whole;  // split only for a gain
   for (int vs : {1, 2, 4}) {
     if (forced_vs && vs != forced_vs) continue;
-    for (int seg_tokens = 512; seg_tokens <= 8192; seg_tokens += 256) {
-      const int seg_chunks = seg_tokens / prefill_cuda::kC;
-      if (std::ceil(chunks / seg_chunks) < 3) continue;
+    auto consider = [&](int seg_chunks) {
+      if (seg_chunks < 512 / prefill_cuda::kC || seg_chunks > 8192 / prefill_cuda::kC ||
+          std::ceil(chunks / seg_chunks) < 3)
+        return;
       if (const double t = split_us(vs, seg_chunks); t < best)
         best = t, plan.seg_chunks = seg_chunks, plan.vsplit = vs, plan.streamed = false;
+    };
+    for (int seg_tokens = 512; seg_tokens <= 8192; seg_tokens += 256)
+      consider(seg_tokens / prefill_cuda::kC);
+    // And the shortest segments (a multiple of 64 tokens) whose pass 2 fits one or two waves.
+    constexpr int kQuantum = int(ForwardParams::kBoundaryInterval / prefill_cuda::kC);
+    for (int w = 1; w <= 2 && heads * vs <= int64_t(w) * sms; ++w) {
+      const int64_t nseg = int64_t(w) * sms / (heads * vs) + (first_out ? 1 : 0);
+      const int seg = int(std::ceil(chunks / double(nseg)));
+      consider((seg + kQuantum - 1) / kQuantum * kQuantum);
     }
   }
+  plan.first_out = plan.seg_chunks > 0 && first_out;
   return plan;
 }
 
@@ -493,6 +514,7 @@ void prefill(const ForwardParams& p) {
   a.vsplit = plan.vsplit;
   make_load_maps(p, s, plan.vsplit, a);
   a.seg_chunks = plan.seg_chunks;
+  a.first_out = plan.first_out;
   char* const ws = static_cast<char*>(p.workspace);
   a.seg_ws = plan.seg_chunks ? reinterpret_cast<float*>(ws + chunk_ws_bytes(p)) : nullptr;
   int32_t* const order =

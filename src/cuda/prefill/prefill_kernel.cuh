@@ -5,8 +5,8 @@
 // Grid: one CTA per (sequence n, value head hv, value slice); a slice is kVs = 16 * (scan warps)
 // columns of V (vsplit = kV / kVs CTAs per head, chosen by the launcher to fill the GPU). With
 // split T (Pass::kTransitions / kOutputs, docs/prefill.md) one CTA per (segment slot, value head,
-// slice), pass 1 with a transition slice (K x K rows of S^T from the identity) per value slice;
-// ScanJob says what each CTA does.
+// slice), pass 1 with a transition slice (K x K rows of S^T from the identity) per value slice
+// (and segment 0's output jobs with first_out); ScanJob says what each CTA does.
 // Warp roles (warp specialised, no CTA-wide barrier in the main loop):
 //   warps 0..4G-1  G = prep_groups<kVs>() prepare groups of 4 warps alternating chunks: TMA loads
 //                  of q, k, v, g, Tb, A_qk, row norms (two raw stages per group), gate + cumsum,
@@ -42,6 +42,7 @@ struct ScanJob {
   int row0;         // first row of the CTA's slice of S^T (a value row, or a key row)
   int v0;           // first value column the prepare loads (0 for transition rows: U unused)
   bool transition;  // rows of the K x K transition: U = 0, identity start
+  bool outputs;     // a pass-1 job with outputs (first_out: segment 0's value slices)
   StateRef init;    // start state (null: zeros, or the identity for transition rows)
   StateRef end;     // where S goes after chunk c1 - 1 (null: nowhere)
   bool valid;
@@ -99,11 +100,17 @@ __device__ __forceinline__ ScanJob job_of(const PrefillArgs& a, int64_t cta) {
   if constexpr (kPass == Pass::kTransitions) {
     // Segments 0 .. nseg - 2 (the last one's E and M are not needed): value rows from the true
     // start (segment 0) or zeros -> E; transition rows (segments >= 1) from the identity -> M.
-    j.valid = seg < nseg - 1 && !(seg == 0 && j.transition);
+    // first_out: segment 0's value rows are pass 2's job for it, run here (outputs, boundary
+    // states) with E_0 as its end state, or the final state if it is the sequence's only segment.
+    j.outputs = a.first_out && seg == 0 && !j.transition;
+    j.valid = j.outputs || (seg < nseg - 1 && !(seg == 0 && j.transition));
     j.init = seg == 0 ? user_init : StateRef{nullptr, true, false};
-    j.end = StateRef{j.transition ? seg_transition(a, unit, j.hv) : seg_end(a, unit, j.hv), true,
-                     false};
+    j.end = j.outputs && nseg == 1
+                ? user_final
+                : StateRef{j.transition ? seg_transition(a, unit, j.hv) : seg_end(a, unit, j.hv),
+                           true, false};
   } else {  // Pass::kOutputs: every segment from its true start state (S_in(seg) over E_{seg-1})
+    j.valid = !(a.first_out && seg == 0);  // done in pass 1
     j.init = seg == 0 ? user_init : StateRef{seg_end(a, unit - 1, j.hv), true, false};
     j.end = seg == nseg - 1 ? user_final : StateRef{nullptr, true, false};
   }
@@ -326,7 +333,10 @@ __global__ void __launch_bounds__(block_threads<kVs>(), 1)
       if (p == 0 && stride < a.jobs)
         prefetch_state_slice<kVs>(job.init, job.row0, threadIdx.x - p * kPrepThreads);
       const int first = job.c0 + (p - flat % kGroups + kGroups) % kGroups;
-      prepare_job<kVs, kPass>(a, sm, p, job, first, flat, phases);
+      if (kPass == Pass::kTransitions && job.outputs)  // pass 2's code (first_out, job_of)
+        prepare_job<kVs, Pass::kOutputs>(a, sm, p, job, first, flat, phases);
+      else
+        prepare_job<kVs, kPass>(a, sm, p, job, first, flat, phases);
       flat += job.c1 - job.c0;
     }
   } else {
@@ -344,7 +354,11 @@ __global__ void __launch_bounds__(block_threads<kVs>(), 1)
     int flat = 0;
     for (int64_t cta = blockIdx.x; cta < a.jobs; cta += stride) {
       const ScanJob job = job_of<kVs, kPass>(a, cta);
-      if (job.valid) scan_job<kVs, kPass>(a, sm, job, flat, total);
+      if (!job.valid) continue;
+      if (kPass == Pass::kTransitions && job.outputs)
+        scan_job<kVs, Pass::kOutputs>(a, sm, job, flat, total);
+      else
+        scan_job<kVs, kPass>(a, sm, job, flat, total);
     }
   }
 }
