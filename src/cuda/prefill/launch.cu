@@ -233,8 +233,9 @@ std::optional<int64_t> env_retire() {
 // ~1.38 / 0.96 / 1.15 us at kVs = 128 / 64 / 32, CTAs run in whole
 // waves, and each wave costs ~20 us more (start state, pipeline fill, state stores). Unsplit: one
 // CTA walks all chunks of its (sequence, head, value slice). Split into nseg segments: pass 1 runs
-// heads x vsplit x (2 nseg - 3) CTAs without outputs (~0.85 of a chunk's time), pass 2
-// heads x vsplit x nseg CTAs, and the combine ~2.6 us per segment (session 17: 40 us for the 16
+// heads x vsplit x (2 nseg - 3) CTAs without outputs (~0.85 of a chunk's time; with first_out,
+// below, segment 0's are output jobs), pass 2 heads x vsplit x nseg CTAs (nseg - 1 with
+// first_out), and the combine ~2.6 us per segment (session 17: 40 us for the 16
 // steps of H4 T65536's 18 segments on tensor cores, Nsight Compute; the f32 FMA combine took
 // ~8.5 us per segment, least squares over 12 forced splits of H4 / H8 / H32 at 1024 - 4096-token
 // segments). Session 17's forced splits of H4 / H8 T65536 at 1024 - 4096 tokens rank as this
