@@ -142,7 +142,8 @@ TEST(PrefillGpu, WorkspaceSizeAndDimsChecked) {
        {std::pair{"FASTKDA_PREFILL_SEG", "100"}, std::pair{"FASTKDA_PREFILL_SEG", "64x"},
         std::pair{"FASTKDA_PREFILL_ORDER", "yes"}, std::pair{"FASTKDA_PREFILL_VSPLIT", "3"},
         std::pair{"FASTKDA_PREFILL_PERSIST", "2"}, std::pair{"FASTKDA_PREFILL_STREAM", "on"},
-        std::pair{"FASTKDA_PREFILL_RETIRE", "101"}, std::pair{"FASTKDA_PREFILL_FIRST_OUT", "2"}}) {
+        std::pair{"FASTKDA_PREFILL_RETIRE", "101"}, std::pair{"FASTKDA_PREFILL_FIRST_OUT", "2"},
+        std::pair{"FASTKDA_PREFILL_SEG0", "100"}, std::pair{"FASTKDA_PREFILL_SEG0", "128"}}) {
     ScopedEnv env(name, value);
     expect_error([&] { (void)fastkda::forward_workspace_size(f); }, name,
                  std::string(name) + "=" + value);
@@ -877,6 +878,18 @@ TEST(PrefillGpu, SplitT) {
     c.T = 65536, c.H = 1, c.HV = 1, c.g_dtype = DType::kBF16;
     check_against_oracle(Problem(c), "split T=65536 seg2048");
   }
+  // A longer segment 0 (FASTKDA_PREFILL_SEG0), with segment 0's outputs in pass 1 and in pass 2,
+  // at two value splits: sequences shorter than it, as long, and longer by a partial segment.
+  for (const char* first_out : {"1", "0"})
+    for (const char* vs : {"1", "2"}) {
+      ScopedEnv env("FASTKDA_PREFILL_SEG", "64"), env0("FASTKDA_PREFILL_SEG0", "192"),
+          env_fo("FASTKDA_PREFILL_FIRST_OUT", first_out), env_vs("FASTKDA_PREFILL_VSPLIT", vs);
+      Case c;
+      c.seqlens = {0, 1, 150, 192, 193, 500, 64, 300};
+      c.H = 2, c.HV = 4, c.pool = true, c.boundary = true;
+      check_against_oracle(Problem(c), (std::string("split seg0 192 first_out ") + first_out +
+                                        " vsplit " + vs).c_str());
+    }
 }
 
 // Split T keeps the invariants: causal bit for bit, bitwise reruns, CUDA-graph capture, and the

@@ -53,7 +53,8 @@ struct PrefillArgs {
   int64_t T;         // tokens per batch row (fixed-length)
   int H, HV, group;  // group = HV / H
   int vsplit;        // CTAs per (sequence, value head), each kV / vsplit columns
-  int seg_chunks;    // split T: chunks per segment (0 with Pass::kWhole)
+  int seg_chunks;    // split T: chunks per segment (0 with Pass::kWhole) after the first,
+  int seg0_chunks;   // which has seg0_chunks >= seg_chunks (common.cuh seg_first, seg_count)
   bool first_out;    // split T: segment 0's value slices write their outputs in pass 1 (and
                      // E_0, or a one-segment sequence's final state); pass 2 skips segment 0
   float* seg_ws;     // split T: [segment slots, HV, kSegFloats] (config.h)

@@ -74,6 +74,18 @@ __device__ __forceinline__ int64_t slot_base(int64_t bos, int64_t n, int64_t slo
 __device__ __forceinline__ float* chunk_ws(const PrefillArgs& a, int64_t slot, int hv) {
   return a.ws + (slot * a.HV + hv) * kWsFloats;
 }
+// Split T: segment j of a sequence starts at chunk seg_first(a, j) (segment 0: seg0_chunks
+// chunks, every later one seg_chunks); a sequence of nchunks chunks has seg_count segments (one,
+// empty, if nchunks = 0). seg0_chunks >= seg_chunks, so a sequence has at most as many segments
+// as slots of seg_chunks chunks (the segment slots of config.h stay injective).
+__device__ __forceinline__ int seg_first(const PrefillArgs& a, int j) {
+  return j == 0 ? 0 : a.seg0_chunks + (j - 1) * a.seg_chunks;
+}
+__device__ __forceinline__ int seg_count(const PrefillArgs& a, int nchunks) {
+  return nchunks <= a.seg0_chunks
+             ? 1
+             : 1 + (nchunks - a.seg0_chunks + a.seg_chunks - 1) / a.seg_chunks;
+}
 // Split T: E and M of segment slot `slot` (config.h).
 __device__ __forceinline__ float* seg_end(const PrefillArgs& a, int64_t slot, int hv) {
   return a.seg_ws + (slot * a.HV + hv) * kSegFloats;

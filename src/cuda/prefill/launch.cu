@@ -185,6 +185,7 @@ int env_vsplit() {
 struct Plan {
   int vsplit = 1;
   int seg_chunks = 0;
+  int seg0_chunks = 0;     // split T: segment 0 (>= seg_chunks; PrefillArgs::seg0_chunks)
   bool first_out = false;  // split T: segment 0's outputs in pass 1 (PrefillArgs::first_out)
   bool longest_first = false;  // order_kernel before the scan (varlen, more CTAs than SMs)
   bool persistent = false;     // unsplit scan on min(jobs, SMs) CTAs, each walking its jobs
@@ -293,13 +294,38 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
   const bool first_out = env_knob("FASTKDA_PREFILL_FIRST_OUT", "0 or 1", [](int64_t v) {
                            return v == 0 || v == 1;
                          }).value_or(1) == 1;
-  auto split_us = [&](int vs, int seg_chunks) {
-    const int64_t nseg = int64_t(std::ceil(chunks / seg_chunks));
-    const double seg_us = seg_chunks * chunk_us(vs) + kWaveUs;
-    double pass1 = waves(heads * vs * (2 * nseg - 3)) * (seg_chunks * 0.85 * chunk_us(vs) + kWaveUs);
-    if (first_out) pass1 = std::max(pass1, seg_us);
-    return intra_us + pass1 + waves(heads * vs * (nseg - (first_out ? 1 : 0))) * seg_us +
+  // Segments: segment 0 has seg0 >= seg chunks, every later one seg (PrefillArgs::seg0_chunks).
+  // With first_out segment 0's output jobs hold heads x vsplit SMs through pass 1 while the value
+  // and transition jobs of segments 1 .. nseg - 2 run in waves on the others, so segment 0 may be
+  // as long as those waves (balanced_seg0).
+  constexpr int kQuantum = int(ForwardParams::kBoundaryInterval / prefill_cuda::kC);
+  auto nseg_of = [&](int seg, int seg0) {
+    return chunks <= seg0 ? int64_t(1) : 1 + int64_t(std::ceil((chunks - seg0) / seg));
+  };
+  auto vt_span = [&](int vs, int seg, int64_t nseg) {  // pass 1 without segment 0 (< 0: n/a)
+    const int64_t jobs = heads * vs, free = sms - jobs, vt = jobs * 2 * (nseg - 2);
+    if (free <= 0) return -1.0;
+    return double((vt + free - 1) / free) * (seg * 0.85 * chunk_us(vs) + kWaveUs);
+  };
+  auto split_us = [&](int vs, int seg, int seg0) {
+    const int64_t nseg = nseg_of(seg, seg0), jobs = heads * vs;
+    const double seg_us = seg * chunk_us(vs) + kWaveUs;
+    const double out0_us = seg0 * chunk_us(vs) + kWaveUs, span = vt_span(vs, seg, nseg);
+    double pass1 = waves(jobs * (2 * nseg - 3)) * (seg * 0.85 * chunk_us(vs) + kWaveUs);
+    if (first_out) pass1 = span >= 0 ? std::max(out0_us, span) : std::max(pass1, out0_us);
+    return intra_us + pass1 + waves(jobs * (nseg - (first_out ? 1 : 0))) * seg_us +
            kSegmentUs * nseg;
+  };
+  auto balanced_seg0 = [&](int vs, int seg) {  // segment 0 as long as the other jobs of pass 1
+    int seg0 = seg;
+    for (int it = 0; it < 4; ++it) {
+      const double span = vt_span(vs, seg, nseg_of(seg, seg0));
+      const int fit = span < 0 ? seg : int((span - kWaveUs) / chunk_us(vs)) / kQuantum * kQuantum;
+      const int next = std::max(seg, fit);
+      if (next == seg0) break;
+      seg0 = next;
+    }
+    return seg0;
   };
   auto streamed = [&](int vs, int64_t& retire) {  // < 0: not possible
     const int64_t jobs = heads * vs;
@@ -319,8 +345,18 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
     const double t = intra_us + waves(heads * vs) * (chunks * chunk_us(vs) + kWaveUs);
     if (whole == 0 || t < whole) whole = t, plan.vsplit = vs;
   }
+  // FASTKDA_PREFILL_SEG0=<tokens>: segment 0's length (with a forced segment length, not shorter).
+  const std::optional<int64_t> forced_seg0 =
+      env_knob("FASTKDA_PREFILL_SEG0", "a multiple of 64 tokens up to 2^24", [&](int64_t v) {
+        return v > 0 && v % interval == 0 && v <= (int64_t(1) << 24);
+      });
+  FASTKDA_CHECK(!forced_seg0 || (forced_seg && *forced_seg0 >= *forced_seg && *forced_seg > 0),
+                "FASTKDA_PREFILL_SEG0: expected a length >= FASTKDA_PREFILL_SEG (set, not 0), got ",
+                *forced_seg0, " with FASTKDA_PREFILL_SEG ",
+                forced_seg ? std::to_string(*forced_seg) : std::string("unset"));
   if (forced_seg) {  // a forced segment length runs at the forced value split, else 1
     plan.seg_chunks = int(*forced_seg / prefill_cuda::kC);
+    plan.seg0_chunks = forced_seg0 ? int(*forced_seg0 / prefill_cuda::kC) : plan.seg_chunks;
     if (plan.seg_chunks > 0) plan.vsplit = forced_vs ? forced_vs : 1;
     plan.first_out = plan.seg_chunks > 0 && first_out;
     return plan;
@@ -342,20 +378,28 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
   double best = 0.97 * whole;  // split only for a gain
   for (int vs : {1, 2, 4}) {
     if (forced_vs && vs != forced_vs) continue;
-    auto consider = [&](int seg_chunks) {
-      if (seg_chunks < 512 / prefill_cuda::kC || seg_chunks > 8192 / prefill_cuda::kC ||
-          std::ceil(chunks / seg_chunks) < 3)
+    auto consider = [&](int seg) {
+      if (seg < 512 / prefill_cuda::kC || seg > 8192 / prefill_cuda::kC ||
+          std::ceil(chunks / seg) < 3)
         return;
-      if (const double t = split_us(vs, seg_chunks); t < best)
-        best = t, plan.seg_chunks = seg_chunks, plan.vsplit = vs, plan.streamed = false;
+      for (const int seg0 : {seg, first_out ? balanced_seg0(vs, seg) : seg})
+        if (const double t = split_us(vs, seg, seg0); t < best)
+          best = t, plan.seg_chunks = seg, plan.seg0_chunks = seg0, plan.vsplit = vs,
+          plan.streamed = false;
     };
     for (int seg_tokens = 512; seg_tokens <= 8192; seg_tokens += 256)
       consider(seg_tokens / prefill_cuda::kC);
-    // And the shortest segments (a multiple of 64 tokens) whose pass 2 fits one or two waves.
-    constexpr int kQuantum = int(ForwardParams::kBoundaryInterval / prefill_cuda::kC);
-    for (int w = 1; w <= 2 && heads * vs <= int64_t(w) * sms; ++w) {
-      const int64_t nseg = int64_t(w) * sms / (heads * vs) + (first_out ? 1 : 0);
-      const int seg = int(std::ceil(chunks / double(nseg)));
+    // And the shortest segments (a multiple of 64 tokens) whose pass 2 fits one or two waves:
+    // m segments after segment 0 (m + 1 with segment 0 in pass 2), which with first_out is about
+    // r = 0.85 x (waves of the other jobs of pass 1) segments long.
+    const int64_t jobs = heads * vs;
+    for (int w = 1; w <= 2 && jobs <= int64_t(w) * sms; ++w) {
+      const int64_t m = int64_t(w) * sms / jobs - (first_out ? 0 : 1);
+      if (m < 2) continue;
+      const double r = first_out && sms > jobs
+                           ? 0.85 * double((jobs * 2 * (m - 1) + sms - jobs - 1) / (sms - jobs))
+                           : 1.0;
+      const int seg = int(std::ceil(chunks / (double(m) + std::max(r, 1.0))));
       consider((seg + kQuantum - 1) / kQuantum * kQuantum);
     }
   }
@@ -515,6 +559,7 @@ void prefill(const ForwardParams& p) {
   a.vsplit = plan.vsplit;
   make_load_maps(p, s, plan.vsplit, a);
   a.seg_chunks = plan.seg_chunks;
+  a.seg0_chunks = plan.seg0_chunks;
   a.first_out = plan.first_out;
   char* const ws = static_cast<char*>(p.workspace);
   a.seg_ws = plan.seg_chunks ? reinterpret_cast<float*>(ws + chunk_ws_bytes(p)) : nullptr;

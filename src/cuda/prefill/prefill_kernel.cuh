@@ -92,11 +92,12 @@ __device__ __forceinline__ ScanJob job_of(const PrefillArgs& a, int64_t cta) {
   }
   // Split T: segment `seg` of the sequence (a zero-length sequence has one, empty, segment).
   const int64_t seg = unit - slot_base(j.bos, j.n, seg_tokens);
-  const int nseg = j.nchunks > 0 ? (j.nchunks + a.seg_chunks - 1) / a.seg_chunks : 1;
+  const int nseg = seg_count(a, j.nchunks);
   j.valid = seg >= 0 && seg < nseg;
   if (!j.valid) return j;
-  j.c0 = int(seg) * a.seg_chunks;
-  j.c1 = j.c0 + a.seg_chunks < j.nchunks ? j.c0 + a.seg_chunks : j.nchunks;
+  j.c0 = seg_first(a, int(seg));
+  const int next = seg_first(a, int(seg) + 1);
+  j.c1 = next < j.nchunks ? next : j.nchunks;
   if constexpr (kPass == Pass::kTransitions) {
     // Segments 0 .. nseg - 2 (the last one's E and M are not needed): value rows from the true
     // start (segment 0) or zeros -> E; transition rows (segments >= 1) from the identity -> M.

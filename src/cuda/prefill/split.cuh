@@ -52,7 +52,7 @@ __global__ void __launch_bounds__(kCombineThreads)
   const int r0 = blockIdx.y * kCombineRows;
   const int64_t bos = seq_begin(a, n), eos = seq_end(a, n, bos);
   const int nchunks = eos > bos ? int((eos - bos + kC - 1) / kC) : 0;
-  const int nseg = (nchunks + a.seg_chunks - 1) / a.seg_chunks;
+  const int nseg = seg_count(a, nchunks);
   if (nseg < 3) return;  // S_in(1) = E_0 needs no combining
   const int64_t base = slot_base(bos, n, int64_t(a.seg_chunks) * kC);
 
