@@ -280,14 +280,18 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
   // 0.895 / 0.900 / 0.913 / 0.927 ms at 34 / 37 / 40 / 42 / 44 / 48 / 52 %; 40 % (39.7) is the
   // retire point of a 0.88 us tile.
   // Session 18: the bounded gate's warp intra kernels (intra_warp.cuh) take ~0.66 SM-us per grid
-  // tile (H64 T8192: 163 us), ~0.57 since session 19 (141 us); not refitted, since no measured
-  // row's plan would change with it.
-  constexpr double kIntraTileUs = 0.92, kStreamedTileUs = 0.88, kStreamedScan = 1.025;
+  // tile (H64 T8192: 163 us), ~0.57 since session 19 (141 us). Refitted for the grid in session
+  // 28 (with split T's first_out and segment 0, H32 T65536 split measured 3.59 ms against 3.71
+  // unsplit, which the 0.92 kept from splitting); the streamed plan's tile cost is not (its
+  // retire points were tuned with it).
+  constexpr double kIntraTileUs = 0.92, kWarpIntraTileUs = 0.57, kStreamedTileUs = 0.88,
+                   kStreamedScan = 1.025;
   // Tiles of the streamed kernel: every chunk index of the longest sequence for every sequence
   // and head (fixed length, or one sequence: no empty tile).
   const int64_t tiles = longest_chunks(p) * heads;
+  const double intra_tile_us = p.gate_mode == GateMode::kBounded ? kWarpIntraTileUs : kIntraTileUs;
   const double intra_us =
-      double(p.B * p.T / prefill_cuda::kC + num_seq) * p.HV * kIntraTileUs / sms;
+      double(p.B * p.T / prefill_cuda::kC + num_seq) * p.HV * intra_tile_us / sms;
   // first_out (FASTKDA_PREFILL_FIRST_OUT=0 turns it off): segment 0's output job runs in pass 1
   // instead of its value-only job there and its output job in pass 2, so pass 2 has one segment
   // fewer per sequence, and pass 1 lasts at least one such job.
