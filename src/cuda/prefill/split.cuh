@@ -101,9 +101,15 @@ __global__ void __launch_bounds__(kCombineThreads)
     load_e(base, s);
     publish(1, s);
   }
+  // E_j is loaded one step ahead (its L2 latency exceeds a step's products; same thread, so the
+  // load of E_(j + 1) precedes step j + 1's store over it).
+  float e_next[2][4] = {};
+  load_e(base + 1, e_next);
   for (int j = 1; j <= nseg - 2; ++j) {
     float e[2][4], acc[2][4] = {}, hl[2][4] = {}, lh[2][4] = {};
-    load_e(base + j, e);               // added after the products: its latency hides behind them
+    for (int jt = 0; jt < 2; ++jt)
+      for (int i = 0; i < 4; ++i) e[jt][i] = e_next[jt][i];
+    if (j + 1 <= nseg - 2) load_e(base + j + 1, e_next);
     // M_j: stage j % 3, its ((j - 1) / 3)-th use (steps start at 1)
     device::mbarrier_wait(&sm.full[j % kCombineStages], ((j - 1) / kCombineStages) & 1);
     // This thread's reads of stage (j - 1) % 3 (step j - 1) before the bulk copy that overwrites
@@ -114,7 +120,7 @@ __global__ void __launch_bounds__(kCombineThreads)
     const float* m = sm.m[j % kCombineStages];
     const uint4(&ahi)[kK / 8][32] = sm.a[j & 1][0];
     const uint4(&alo)[kK / 8][32] = sm.a[j & 1][1];
-#pragma unroll 4
+#pragma unroll
     for (int s = 0; s < kK / 8; ++s) {
       const uint4 h4 = ahi[s][lane], l4 = alo[s][lane];
       const uint32_t ah[4] = {h4.x, h4.y, h4.z, h4.w}, al[4] = {l4.x, l4.y, l4.z, l4.w};
