@@ -106,7 +106,8 @@ __global__ void __launch_bounds__(kCombineThreads)
   float e_next[2][4] = {};
   load_e(base + 1, e_next);
   for (int j = 1; j <= nseg - 2; ++j) {
-    float e[2][4], acc[2][4] = {}, hl[2][4] = {}, lh[2][4] = {};
+    // Per product two accumulators, k steps 0..7 and 8..15: chains of 8 dependent MMAs, not 16.
+    float e[2][4], acc[2][2][4] = {}, hl[2][2][4] = {}, lh[2][2][4] = {};
     for (int jt = 0; jt < 2; ++jt)
       for (int i = 0; i < 4; ++i) e[jt][i] = e_next[jt][i];
     if (j + 1 <= nseg - 2) load_e(base + j + 1, e_next);
@@ -130,18 +131,22 @@ __global__ void __launch_bounds__(kCombineThreads)
         uint32_t bh0, bl0, bh1, bl1;
         split_tf32(m[combine_m_offset(8 * s + 2 * t, col)], bh0, bl0);
         split_tf32(m[combine_m_offset(8 * s + 2 * t + 1, col)], bh1, bl1);
-        device::mma_m16n8k8_tf32(acc[jt], ah, bh0, bh1);
-        device::mma_m16n8k8_tf32(hl[jt], ah, bl0, bl1);
-        device::mma_m16n8k8_tf32(lh[jt], al, bh0, bh1);
+        const int hf = s / (kK / 16);
+        device::mma_m16n8k8_tf32(acc[hf][jt], ah, bh0, bh1);
+        device::mma_m16n8k8_tf32(hl[hf][jt], ah, bl0, bl1);
+        device::mma_m16n8k8_tf32(lh[hf][jt], al, bh0, bh1);
       }
     }
+    float sum[2][4];
     for (int jt = 0; jt < 2; ++jt)
-      for (int i = 0; i < 4; ++i) acc[jt][i] += (hl[jt][i] + lh[jt][i]) + e[jt][i];
-    publish((j + 1) & 1, acc);  // step j - 1 read that parity; every thread passed the barrier
+      for (int i = 0; i < 4; ++i)
+        sum[jt][i] = (acc[0][jt][i] + acc[1][jt][i]) +
+                     ((hl[0][jt][i] + hl[1][jt][i]) + (lh[0][jt][i] + lh[1][jt][i])) + e[jt][i];
+    publish((j + 1) & 1, sum);  // step j - 1 read that parity; every thread passed the barrier
     for (int jt = 0; jt < 2; ++jt)
       for (int h = 0; h < 2; ++h)
         *reinterpret_cast<float2*>(elem(base + j, jt, h)) =
-            make_float2(acc[jt][2 * h], acc[jt][2 * h + 1]);
+            make_float2(sum[jt][2 * h], sum[jt][2 * h + 1]);
   }
 }
 
