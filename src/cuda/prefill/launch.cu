@@ -238,8 +238,10 @@ std::optional<int64_t> env_retire() {
 // CTA walks all chunks of its (sequence, head, value slice). Split into nseg segments: pass 1 runs
 // heads x vsplit x (2 nseg - 3) CTAs without outputs (~0.85 of a chunk's time; with first_out,
 // below, segment 0's are output jobs), pass 2 heads x vsplit x nseg CTAs (nseg - 1 with
-// first_out), and the combine ~2.6 us per segment (session 17: 40 us for the 16
-// steps of H4 T65536's 18 segments on tensor cores, Nsight Compute; the f32 FMA combine took
+// first_out), and the combine ~1.5 us per segment (session 29, Nsight Compute: 27.3 / 52.3 us
+// for the 15 / 32 steps of H8 / H4 T65536; 2.6 before it, session 17: 40 us for the 16
+// steps of H4 T65536's 18 segments on tensor cores; the bench shapes' plans are the same at
+// either value; the f32 FMA combine took
 // ~8.5 us per segment, least squares over 12 forced splits of H4 / H8 / H32 at 1024 - 4096-token
 // segments). Session 17's forced splits of H4 / H8 T65536 at 1024 - 4096 tokens rank as this
 // model ranks them (best 2048 / 4096 tokens), each 40 - 210 us under its estimate
@@ -264,7 +266,7 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
   // -4 to -5 % on the kVs = 128 rows; the retire sweep then found 44 % of the tiles best for H96
   // T8192, 0.920 ms against 0.926 at the 41.3 % of 1.45 us, bench/results/2026-11-30_s15_final).
   auto chunk_us = [](int vsplit) { return vsplit == 4 ? 1.15 : vsplit == 2 ? 0.96 : 1.38; };
-  constexpr double kWaveUs = 20.0, kSegmentUs = 2.6;
+  constexpr double kWaveUs = 20.0, kSegmentUs = 1.5;
   // The intra kernel (~0.92 SM-us per chunk and head at 5 CTAs per SM in session 13, ~3 % less at 6
   // CTAs per SM since session 14, not refitted: it only weighs plans against each other; 1.06
   // before: H96 T8192 0.396 ms, Nsight Compute) runs before the scan on all SMs, or streamed (~0.88
