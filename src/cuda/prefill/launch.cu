@@ -315,10 +315,16 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
     if (free <= 0) return -1.0;
     return double((vt + free - 1) / free) * (seg * 0.85 * chunk_us(vs) + kWaveUs);
   };
+  // Split T's output jobs run ~5 % slower per chunk than the unsplit scan (kVs = 128: 1.45 us in
+  // the output pass, Nsight Compute, session 26; 1.38 unsplit). Session 29: with 1.38 segment 0
+  // of H8 T65536 came out 408 chunks, and forced lengths measured 1.078 / 1.067 / 1.060 / 1.062 ms
+  // at 408 / 400 / 392 / 384 (232-chunk segments after it): segment 0 outlasted the other jobs.
+  constexpr double kOutputChunk = 1.05;
   auto split_us = [&](int vs, int seg, int seg0) {
     const int64_t nseg = nseg_of(seg, seg0), jobs = heads * vs;
-    const double seg_us = seg * chunk_us(vs) + kWaveUs;
-    const double out0_us = seg0 * chunk_us(vs) + kWaveUs, span = vt_span(vs, seg, nseg);
+    const double seg_us = seg * kOutputChunk * chunk_us(vs) + kWaveUs;
+    const double out0_us = seg0 * kOutputChunk * chunk_us(vs) + kWaveUs,
+                 span = vt_span(vs, seg, nseg);
     double pass1 = waves(jobs * (2 * nseg - 3)) * (seg * 0.85 * chunk_us(vs) + kWaveUs);
     if (first_out) pass1 = span >= 0 ? std::max(out0_us, span) : std::max(pass1, out0_us);
     return intra_us + pass1 + waves(jobs * (nseg - (first_out ? 1 : 0))) * seg_us +
@@ -328,7 +334,9 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
     int seg0 = seg;
     for (int it = 0; it < 4; ++it) {
       const double span = vt_span(vs, seg, nseg_of(seg, seg0));
-      const int fit = span < 0 ? seg : int((span - kWaveUs) / chunk_us(vs)) / kQuantum * kQuantum;
+      const int fit =
+          span < 0 ? seg
+                   : int((span - kWaveUs) / (kOutputChunk * chunk_us(vs))) / kQuantum * kQuantum;
       const int next = std::max(seg, fit);
       if (next == seg0) break;
       seg0 = next;
