@@ -126,7 +126,7 @@ __global__ void __launch_bounds__(kCombineThreads)
     const float* m = sm.m[j % kCombineStages];
     const uint4(&ahi)[kK / 8][32] = sm.a[j & 1][0];
     const uint4(&alo)[kK / 8][32] = sm.a[j & 1][1];
-#pragma unroll  // whole: hf below must be a constant (unroll 4 with an outer hf loop: +8 %)
+#pragma unroll  // whole: hf below must be a constant (unroll 4 with an outer hf loop: +8 to +10 %)
     for (int s = 0; s < kK / 8; ++s) {
       const uint4 h4 = ahi[s][lane], l4 = alo[s][lane];
       const uint32_t ah[4] = {h4.x, h4.y, h4.z, h4.w}, al[4] = {l4.x, l4.y, l4.z, l4.w};
