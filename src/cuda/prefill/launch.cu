@@ -392,10 +392,14 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
   }
   if (num_seq <= 0 || (plan.streamed && forced_stream)) return plan;
   double best = 0.97 * whole;  // split only for a gain
+  // Segments up to 16384 tokens (8192 before session 29, which kept H32 T65536 from the 5
+  // segments of one pass-2 wave: 736 / 1204 chunks measured 3.40 / 3.37 ms against 3.52 / 3.59
+  // for the 336 / 1412 it chose).
+  constexpr int kMaxSegTokens = 16384;
   for (int vs : {1, 2, 4}) {
     if (forced_vs && vs != forced_vs) continue;
     auto consider = [&](int seg) {
-      if (seg < 512 / prefill_cuda::kC || seg > 8192 / prefill_cuda::kC ||
+      if (seg < 512 / prefill_cuda::kC || seg > kMaxSegTokens / prefill_cuda::kC ||
           std::ceil(chunks / seg) < 3)
         return;
       for (const int seg0 : {seg, first_out ? balanced_seg0(vs, seg) : seg})
@@ -403,7 +407,7 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
           best = t, plan.seg_chunks = seg, plan.seg0_chunks = seg0, plan.vsplit = vs,
           plan.streamed = false;
     };
-    for (int seg_tokens = 512; seg_tokens <= 8192; seg_tokens += 256)
+    for (int seg_tokens = 512; seg_tokens <= kMaxSegTokens; seg_tokens += 256)
       consider(seg_tokens / prefill_cuda::kC);
     // And the shortest segments (a multiple of 64 tokens) whose pass 2 fits one or two waves:
     // m segments after segment 0 (m + 1 with segment 0 in pass 2), which with first_out is about
