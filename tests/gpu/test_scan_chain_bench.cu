@@ -796,14 +796,7 @@ __device__ __forceinline__ void lean_transition_chunk(
   }
   uint32_t vh[4], vl[4];
   split_vnew(vn, vh, vl);
-  const SmemDesc desc_kh = smem_desc_noswizzle(sb.ke_hi, kWgLbo, kWgSboKe);
-  const SmemDesc desc_kl = smem_desc_noswizzle(sb.ke_lo, kWgLbo, kWgSboKe);
-  wgmma_fence_operands(S64);
-  wgmma_fence();
-  wgmma_m64n128k16_bf16_rs(S64, vl, desc_kh, true);
-  wgmma_m64n128k16_bf16_rs(S64, vh, desc_kl, true);
-  wgmma_m64n128k16_bf16_rs(S64, vh, desc_kh, true);
-  wgmma_commit_group();
+  issue_state_update(S64, vh, vl, sb);
   wgmma_wait_group<0>();
   wgmma_fence_operands(S64);
 }

@@ -122,6 +122,23 @@ __device__ __forceinline__ void decay_tile(float (&s)[4], float2 d) {
   s[3] *= d.y;
 }
 
+// The wgmma scan's state update S^T += V_new^T ke as three m64n128k16 in split bf16 (lo.hi,
+// hi.lo, hi.hi; ke_hi / ke_lo of the stage as B), issued and committed: the caller waits
+// (wgmma_wait_group) when it needs S again.
+template <class Stage>
+__device__ __forceinline__ void issue_state_update(float (&S64)[64], const uint32_t (&vh)[4],
+                                                   const uint32_t (&vl)[4], const Stage& sb) {
+  using namespace device;
+  const SmemDesc desc_kh = smem_desc_noswizzle(sb.ke_hi, kWgLbo, kWgSboKe);
+  const SmemDesc desc_kl = smem_desc_noswizzle(sb.ke_lo, kWgLbo, kWgSboKe);
+  wgmma_fence_operands(S64);
+  wgmma_fence();
+  wgmma_m64n128k16_bf16_rs(S64, vl, desc_kh, true);
+  wgmma_m64n128k16_bf16_rs(S64, vh, desc_kl, true);
+  wgmma_m64n128k16_bf16_rs(S64, vh, desc_kh, true);
+  wgmma_commit_group();
+}
+
 // O^T (this warp's 16 value rows x 16 tokens, m16n8 accumulators) -> bf16 staging [token][value]
 // -> 16-byte stores of the valid token rows (with the key split: of token tile `only` alone, the
 // partner warp stores the other). kStmatrix: the staging is one transposing stmatrix (the
@@ -422,14 +439,7 @@ __device__ __forceinline__ void scan_chunk_wg(const PrefillArgs& a, const WgScan
     for (int j = 0; j < kK / 8; ++j)
       decay_tile(S[j], *reinterpret_cast<const float2*>(&sb.decay[8 * j + 2 * t]));
   }
-  const device::SmemDesc desc_kh = smem_desc_noswizzle(sb.ke_hi, kWgLbo, kWgSboKe);
-  const device::SmemDesc desc_kl = smem_desc_noswizzle(sb.ke_lo, kWgLbo, kWgSboKe);
-  wgmma_fence_operands(S64);
-  wgmma_fence();
-  wgmma_m64n128k16_bf16_rs(S64, vl, desc_kh, true);
-  wgmma_m64n128k16_bf16_rs(S64, vh, desc_kl, true);
-  wgmma_m64n128k16_bf16_rs(S64, vh, desc_kh, true);
-  wgmma_commit_group();
+  issue_state_update(S64, vh, vl, sb);
   if constexpr (kOutLate) output();
 
   wgmma_wait_group<0>();
