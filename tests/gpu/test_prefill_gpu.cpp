@@ -143,7 +143,8 @@ TEST(PrefillGpu, WorkspaceSizeAndDimsChecked) {
         std::pair{"FASTKDA_PREFILL_ORDER", "yes"}, std::pair{"FASTKDA_PREFILL_VSPLIT", "3"},
         std::pair{"FASTKDA_PREFILL_PERSIST", "2"}, std::pair{"FASTKDA_PREFILL_STREAM", "on"},
         std::pair{"FASTKDA_PREFILL_RETIRE", "101"}, std::pair{"FASTKDA_PREFILL_FIRST_OUT", "2"},
-        std::pair{"FASTKDA_PREFILL_SEG0", "100"}, std::pair{"FASTKDA_PREFILL_SEG0", "128"}}) {
+        std::pair{"FASTKDA_PREFILL_SEG0", "100"}, std::pair{"FASTKDA_PREFILL_SEG0", "128"},
+        std::pair{"FASTKDA_PREFILL_PAIR", "2"}}) {
     ScopedEnv env(name, value);
     expect_error([&] { (void)fastkda::forward_workspace_size(f); }, name,
                  std::string(name) + "=" + value);
@@ -947,6 +948,35 @@ TEST(PrefillGpu, SplitTFirstOutputs) {
     EXPECT_TRUE(on.state.same_bits(off.state)) << "vsplit " << vs << "  " << p.describe();
     EXPECT_TRUE(on.boundary.same_bits(off.boundary)) << "vsplit " << vs << "  " << p.describe();
     check_against_oracle(p, (std::string("split first_out vsplit ") + vs).c_str());
+  }
+}
+
+// Pass::kPairs (split T's pass 1 at vsplit 1 with first_out: a segment's value and transition rows
+// in one CTA, two m-blocks per scan warpgroup beside one prepare group) against separate value and
+// transition CTAs (FASTKDA_PREFILL_PAIR=0): the same arithmetic per row in the same order, so the
+// same bits, for segments of 64 and 128 tokens after a longer segment 0, empty, 1-token and
+// tail-heavy sequences, boundary states and a state pool.
+TEST(PrefillGpu, SplitTPairs) {
+  FASTKDA_REQUIRE_GPU();
+  ScopedEnv env_vs("FASTKDA_PREFILL_VSPLIT", "1");
+  for (const char* seg : {"64", "128"}) {
+    ScopedEnv env_seg("FASTKDA_PREFILL_SEG", seg);
+    ScopedEnv env_seg0("FASTKDA_PREFILL_SEG0", "192");
+    Case c;
+    c.seqlens = {0, 1, 100, 192, 193, 700, 17, 455};
+    c.H = 2, c.HV = 4, c.pool = true, c.boundary = true;
+    Problem p(c);
+    DeviceInputs d(p);
+    const Result pairs = run_gpu(p, d);
+    Result apart;
+    {
+      ScopedEnv env_off("FASTKDA_PREFILL_PAIR", "0");
+      apart = run_gpu(p, d);
+    }
+    EXPECT_TRUE(pairs.out.same_bits(apart.out)) << "seg " << seg << "  " << p.describe();
+    EXPECT_TRUE(pairs.state.same_bits(apart.state)) << "seg " << seg << "  " << p.describe();
+    EXPECT_TRUE(pairs.boundary.same_bits(apart.boundary)) << "seg " << seg << "  " << p.describe();
+    check_against_oracle(p, (std::string("split pairs seg") + seg).c_str());
   }
 }
 

@@ -189,6 +189,7 @@ struct Plan {
   int seg_chunks = 0;
   int seg0_chunks = 0;     // split T: segment 0 (>= seg_chunks; PrefillArgs::seg0_chunks)
   bool first_out = false;  // split T: segment 0's outputs in pass 1 (PrefillArgs::first_out)
+  bool pairs = false;      // split T's pass 1 as Pass::kPairs (vsplit 1, first_out)
   bool longest_first = false;  // order_kernel before the scan (varlen, more CTAs than SMs)
   bool persistent = false;     // unsplit scan on min(jobs, SMs) CTAs, each walking its jobs
   int sms = 0;
@@ -310,10 +311,21 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
   auto nseg_of = [&](int seg, int seg0) {
     return chunks <= seg0 ? int64_t(1) : 1 + int64_t(std::ceil((chunks - seg0) / seg));
   };
+  // Pairs (Pass::kPairs, FASTKDA_PREFILL_PAIR=0 turns them off): at vsplit 1 with first_out a
+  // segment's value and transition rows run in one CTA beside one prepare group, ~1.9 us per chunk
+  // for the 256 rows (chain bench, session 30: 1.83-1.86 with a synthetic prepare) against 2 x
+  // 0.85 x 1.38 in two CTAs.
+  const bool pairs_on = env_knob("FASTKDA_PREFILL_PAIR", "0 or 1", [](int64_t v) {
+                          return v == 0 || v == 1;
+                        }).value_or(1) == 1;
+  constexpr double kPairChunk = 1.9;
+  auto pairs_at = [&](int vs) { return pairs_on && first_out && vs == 1; };
   auto vt_span = [&](int vs, int seg, int64_t nseg) {  // pass 1 without segment 0 (< 0: n/a)
-    const int64_t jobs = heads * vs, free = sms - jobs, vt = jobs * 2 * (nseg - 2);
+    const int64_t jobs = heads * vs, free = sms - jobs;
+    const int64_t vt = pairs_at(vs) ? jobs * (nseg - 2) : jobs * 2 * (nseg - 2);
     if (free <= 0) return -1.0;
-    return double((vt + free - 1) / free) * (seg * 0.85 * chunk_us(vs) + kWaveUs);
+    const double job_us = seg * (pairs_at(vs) ? kPairChunk : 0.85 * chunk_us(vs)) + kWaveUs;
+    return double((vt + free - 1) / free) * job_us;
   };
   // Split T's output jobs run ~5 % slower per chunk than the unsplit scan (kVs = 128: 1.45 us in
   // the output pass, Nsight Compute, session 26; 1.38 unsplit). Session 29: with 1.38 segment 0
@@ -375,6 +387,7 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
     plan.seg0_chunks = forced_seg0 ? int(*forced_seg0 / prefill_cuda::kC) : plan.seg_chunks;
     if (plan.seg_chunks > 0) plan.vsplit = forced_vs ? forced_vs : 1;
     plan.first_out = plan.seg_chunks > 0 && first_out;
+    plan.pairs = plan.first_out && pairs_at(plan.vsplit);
     return plan;
   }
   if (!forced_stream || *forced_stream == 1) {
@@ -424,6 +437,7 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
     }
   }
   plan.first_out = plan.seg_chunks > 0 && first_out;
+  plan.pairs = plan.first_out && pairs_at(plan.vsplit);
   return plan;
 }
 
@@ -448,13 +462,13 @@ struct PlanKey {
   bool varlen = false;
   GateMode gate{};
   int sms = 0;
-  std::array<std::string, 8> knobs;
+  std::array<std::string, 9> knobs;
   bool operator==(const PlanKey&) const = default;
 };
-constexpr const char* kPlanKnobs[8] = {
+constexpr const char* kPlanKnobs[9] = {
     "FASTKDA_PREFILL_VSPLIT", "FASTKDA_PREFILL_SEG",   "FASTKDA_PREFILL_SEG0",
     "FASTKDA_PREFILL_FIRST_OUT", "FASTKDA_PREFILL_STREAM", "FASTKDA_PREFILL_RETIRE",
-    "FASTKDA_PREFILL_ORDER", "FASTKDA_PREFILL_PERSIST"};
+    "FASTKDA_PREFILL_ORDER", "FASTKDA_PREFILL_PERSIST", "FASTKDA_PREFILL_PAIR"};
 
 // The split-T search costs a few microseconds of host time per plan (session 28: 4.7-6 us on the
 // build machine for the few-head rows, ~0.5-2 us otherwise) and every call needs the plan twice
@@ -463,7 +477,7 @@ constexpr const char* kPlanKnobs[8] = {
 // error, on every call (a plan is kept only once computed).
 Plan choose_plan(const ForwardParams& p, int64_t num_seq, int sms) {
   PlanKey key{p.B, p.T, p.HV, num_seq, p.cu_seqlens != nullptr, p.gate_mode, sms, {}};
-  for (int i = 0; i < 8; ++i)
+  for (int i = 0; i < 9; ++i)
     if (const char* v = std::getenv(kPlanKnobs[i])) key.knobs[i] = v;
   thread_local std::optional<std::pair<PlanKey, Plan>> last;
   if (last && last->first == key) return last->second;
@@ -482,7 +496,7 @@ Plan choose_plan(const ForwardParams& p, int64_t num_seq, int sms) {
 template <int kVs, prefill_cuda::Pass kPass>
 void launch(const PrefillArgs& a, int64_t ctas, bool pdl, cudaStream_t stream) {
   constexpr size_t smem = prefill_cuda::shared_bytes<kVs>();
-  constexpr int threads = prefill_cuda::block_threads<kVs>();
+  constexpr int threads = prefill_cuda::threads_of<kVs, kPass>();
   auto* kernel = prefill_cuda::prefill_kernel<kVs, kPass>;
   FASTKDA_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
@@ -681,7 +695,12 @@ void prefill(const ForwardParams& p) {
                               /*pdl=*/true, stream);
     return;
   }
-  launch_scan<Pass::kTransitions>(a, ctas, /*pdl=*/true, stream);
+  if (plan.pairs) {  // one CTA per segment slot and head (its value and transition rows)
+    a.jobs = ctas / 2;
+    launch<128, Pass::kPairs>(a, ctas / 2, /*pdl=*/true, stream);
+  } else {
+    launch_scan<Pass::kTransitions>(a, ctas, /*pdl=*/true, stream);
+  }
   launch_with_smem(prefill_cuda::combine_kernel,
                    dim3(unsigned(num_seq * p.HV),
                         unsigned(prefill_cuda::kV / prefill_cuda::kCombineRows)),

@@ -45,13 +45,39 @@ struct ScanJob {
   bool outputs;     // a pass-1 job with outputs (first_out: segment 0's value slices)
   StateRef init;    // start state (null: zeros, or the identity for transition rows)
   StateRef end;     // where S goes after chunk c1 - 1 (null: nowhere)
+  StateRef end_m;   // Pass::kPairs: where the transition block goes (M_j, combine layout)
   bool valid;
 };
+
+// Pass::kPairs (split T's pass 1 at vsplit 1 with first_out): one prepare group feeds both
+// m-blocks of the two scan warpgroups (a segment's value and transition rows: 256 rows of S^T),
+// registers 88 / 208 (the pair chunk needs ~208 per scan thread; 128 x 88 + 256 x 208 = 384 x
+// 168, the launch's share). Every other pass: prep_groups<kVs>() groups, prep_regs / scan_regs.
+template <int kVs, Pass kPass>
+constexpr int groups_of() {
+  return kPass == Pass::kPairs ? 1 : prep_groups<kVs>();
+}
+template <int kVs, Pass kPass>
+constexpr int threads_of() {
+  return groups_of<kVs, kPass>() * kPrepThreads + scan_threads_padded<kVs>();
+}
+template <int kVs, Pass kPass>
+constexpr int prep_regs_of() {
+  return kPass == Pass::kPairs ? 88 : prep_regs<kVs>();
+}
+template <int kVs, Pass kPass>
+constexpr int scan_regs_of() {
+  return kPass == Pass::kPairs ? 208 : scan_regs<kVs>();
+}
+static_assert(kPrepThreads * prep_regs_of<128, Pass::kPairs>() +
+                      scan_threads_padded<128>() * scan_regs_of<128, Pass::kPairs>() <=
+                  threads_of<128, Pass::kPairs>() * (65536 / threads_of<128, Pass::kPairs>() / 8 * 8),
+              "register file (fits_register_file, config.h)");
 
 template <int kVs, Pass kPass>
 __device__ __forceinline__ ScanJob job_of(const PrefillArgs& a, int64_t cta) {
   ScanJob j{};
-  const int slices = kPass == Pass::kTransitions ? 2 * a.vsplit : a.vsplit;
+  const int slices = kPass == Pass::kTransitions ? 2 * a.vsplit : a.vsplit;  // kPairs: vsplit 1
   const int slice = int(cta % slices);
   j.hv = int((cta / slices) % a.HV);
   const int64_t unit = cta / (int64_t(slices) * a.HV);  // sequence, or segment slot (split T)
@@ -110,6 +136,14 @@ __device__ __forceinline__ ScanJob job_of(const PrefillArgs& a, int64_t cta) {
                 ? user_final
                 : StateRef{j.transition ? seg_transition(a, unit, j.hv) : seg_end(a, unit, j.hv),
                            true, false};
+  } else if constexpr (kPass == Pass::kPairs) {
+    // As kTransitions with first_out: segment 0's output job, and one CTA for the value and the
+    // transition rows of each segment 1 .. nseg - 2 (zeros -> E, identity -> M).
+    j.outputs = seg == 0;
+    j.valid = j.outputs || seg < nseg - 1;
+    j.init = seg == 0 ? user_init : StateRef{nullptr, true, false};
+    j.end = j.outputs && nseg == 1 ? user_final : StateRef{seg_end(a, unit, j.hv), true, false};
+    j.end_m = StateRef{seg_transition(a, unit, j.hv), true, false};
   } else {  // Pass::kOutputs: every segment from its true start state (S_in(seg) over E_{seg-1})
     j.valid = !(a.first_out && seg == 0);  // done in pass 1
     j.init = seg == 0 ? user_init : StateRef{seg_end(a, unit - 1, j.hv), true, false};
@@ -125,11 +159,11 @@ __device__ __forceinline__ ScanJob job_of(const PrefillArgs& a, int64_t cta) {
 // used before (f >= kStages) is written only after the scan released it. The transition pass
 // skips qs and A_qk (no outputs), and U for transition rows.
 // `phases`: bit b is the parity of the next completion of raw_full[p][b] (carried across jobs).
-template <int kVs, Pass kPass>
+template <int kVs, Pass kPass, int kGroups = prep_groups<kVs>()>
 __device__ __forceinline__ void prepare_job(const PrefillArgs& a, SharedPlan<kVs>& sm, int p,
                                             const ScanJob& job, int first, int flat0,
                                             uint32_t& phases) {
-  constexpr int kGroups = prep_groups<kVs>(), kStages = scan_stages<kVs>();
+  constexpr int kStages = scan_stages<kVs>();
   constexpr int kThreads = handoff_threads<kVs>();  // one prepare group + the scan warps
   const int i = threadIdx.x - p * kPrepThreads;     // key column owned in the gate scan
   const int hv = job.hv, v0 = job.v0, c1 = job.c1;
@@ -219,11 +253,11 @@ __device__ __forceinline__ float4 (*key_exchange(SharedPlan<kVs>& sm, int p))[2]
 // The scan of one job: chunk f of the CTA's sequence of chunks (prepare_job) is read from stage
 // f % kStages and released if a later chunk (f + kStages < total) will be written there
 // (total < 0: this job is the CTA's only one).
-template <int kVs, Pass kPass>
+template <int kVs, Pass kPass, int kGroups = prep_groups<kVs>()>
 __device__ __forceinline__ void scan_job(const PrefillArgs& a, SharedPlan<kVs>& sm,
                                          const ScanJob& job, int& flat, int total) {
   if (total < 0) total = flat + job.c1 - job.c0;  // the CTA's only job
-  constexpr int kGroups = prep_groups<kVs>(), kStages = scan_stages<kVs>();
+  constexpr int kStages = scan_stages<kVs>();
   constexpr int kThreads = handoff_threads<kVs>();  // one prepare group + the scan warps
   constexpr int kSplit = key_split<kVs>();
   using Bar = BarrierIds<kVs>;
@@ -299,15 +333,42 @@ __device__ __forceinline__ void scan_job(const PrefillArgs& a, SharedPlan<kVs>& 
   }
 }
 
+// A pair job's scan (Pass::kPairs): the value rows of this warp (from zeros) and the same rows of
+// the transition (from the identity), chunk by chunk through scan_chunk_pair; then E_j and M_j
+// (the latter in the combine's layout). The hand-off as in scan_job, one prepare group.
+__device__ __forceinline__ void scan_pair_job(SharedPlan<128>& sm, const ScanJob& job, int& flat,
+                                              int total) {
+  constexpr int kGroups = groups_of<128, Pass::kPairs>(), kStages = scan_stages<128>();
+  constexpr int kThreads = handoff_threads<128>(), kSlots = handoff_slots<128>();
+  using Bar = BarrierIds<128>;
+  if (total < 0) total = flat + job.c1 - job.c0;
+  const int ws = (threadIdx.x >> 5) - kPrepWarps * kGroups;
+  const int vc = 16 * (ws % (128 / 16));
+  float SA[kK / 8][4], SB[kK / 8][4];
+  load_state(job.init, false, vc, 0, SA);
+  load_state(StateRef{nullptr, true, false}, true, vc, 0, SB);
+  device::wgmma_fence_operands(reinterpret_cast<float(&)[64]>(SA));
+  device::wgmma_fence_operands(reinterpret_cast<float(&)[64]>(SB));
+#pragma unroll 1
+  for (int c = job.c0; c < job.c1; ++c, ++flat) {
+    device::bar_sync(Bar::kFull0 + flat % kSlots, kThreads);
+    scan_chunk_pair(sm.scan[flat % kStages], SA, SB, vc);
+    if (flat + kStages < total) device::bar_arrive(Bar::kEmpty0 + flat % kSlots, kThreads);
+  }
+  store_state(job.end, vc, 0, SA);
+  store_state<true>(job.end_m, vc, 0, SB);
+}
+
 // One instantiation per pass, so that the unsplit scan carries none of the split-T branches.
 // CTA b does jobs b, b + gridDim.x, ... (one each unless the launcher chose a persistent grid);
 // both roles walk the same jobs, so they agree on the sequence of chunks without talking.
 template <int kVs, Pass kPass>
-__global__ void __launch_bounds__(block_threads<kVs>(), 1)
+__global__ void __launch_bounds__(threads_of<kVs, kPass>(), 1)
     prefill_kernel(const __grid_constant__ PrefillArgs a) {
+  static_assert(kPass != Pass::kPairs || kVs == 128, "pairs at vsplit 1 only");
   extern __shared__ __align__(128) unsigned char smem_bytes[];
   auto& sm = *reinterpret_cast<SharedPlan<kVs>*>(smem_bytes);
-  constexpr int kGroups = prep_groups<kVs>();
+  constexpr int kGroups = groups_of<kVs, kPass>();
   const int64_t stride = gridDim.x;
   if (threadIdx.x == 0) {
     for (int p = 0; p < kGroups; ++p)
@@ -316,7 +377,7 @@ __global__ void __launch_bounds__(block_threads<kVs>(), 1)
   }
   __syncthreads();  // the only CTA-wide barrier: the mbarriers exist before any load
   if (threadIdx.x < kGroups * kPrepThreads) {
-    device::setmaxnreg_dec<prep_regs<kVs>()>();
+    device::setmaxnreg_dec<prep_regs_of<kVs, kPass>()>();
     // Launched right behind the intra kernel (programmatic stream serialization): its workspace
     // is complete and visible only after this wait. The scan warps read no workspace; they load
     // their start state meanwhile (written before the intra kernel started). Streamed (a.ready):
@@ -334,14 +395,15 @@ __global__ void __launch_bounds__(block_threads<kVs>(), 1)
       if (p == 0 && stride < a.jobs)
         prefetch_state_slice<kVs>(job.init, job.row0, threadIdx.x - p * kPrepThreads);
       const int first = job.c0 + (p - flat % kGroups + kGroups) % kGroups;
-      if (kPass == Pass::kTransitions && job.outputs)  // pass 2's code (first_out, job_of)
-        prepare_job<kVs, Pass::kOutputs>(a, sm, p, job, first, flat, phases);
-      else
-        prepare_job<kVs, kPass>(a, sm, p, job, first, flat, phases);
+      if ((kPass == Pass::kTransitions || kPass == Pass::kPairs) && job.outputs)
+        prepare_job<kVs, Pass::kOutputs, kGroups>(a, sm, p, job, first, flat, phases);  // pass 2's
+      else  // (first_out, job_of); a pair job's stage is the value rows' (v^T) without outputs
+        prepare_job<kVs, kPass == Pass::kPairs ? Pass::kTransitions : kPass, kGroups>(
+            a, sm, p, job, first, flat, phases);
       flat += job.c1 - job.c0;
     }
   } else {
-    device::setmaxnreg_inc<scan_regs<kVs>()>();
+    device::setmaxnreg_inc<scan_regs_of<kVs, kPass>()>();
     if ((threadIdx.x >> 5) - kPrepWarps * kGroups >= scan_warps<kVs>()) return;  // padding
     // Chunks of all of this CTA's jobs (one job per CTA: known from that job, no extra pass).
     int total = -1;
@@ -356,10 +418,16 @@ __global__ void __launch_bounds__(block_threads<kVs>(), 1)
     for (int64_t cta = blockIdx.x; cta < a.jobs; cta += stride) {
       const ScanJob job = job_of<kVs, kPass>(a, cta);
       if (!job.valid) continue;
-      if (kPass == Pass::kTransitions && job.outputs)
+      if constexpr (kPass == Pass::kPairs) {
+        if (job.outputs)
+          scan_job<kVs, Pass::kOutputs, kGroups>(a, sm, job, flat, total);
+        else
+          scan_pair_job(sm, job, flat, total);
+      } else if (kPass == Pass::kTransitions && job.outputs) {
         scan_job<kVs, Pass::kOutputs>(a, sm, job, flat, total);
-      else
+      } else {
         scan_job<kVs, kPass>(a, sm, job, flat, total);
+      }
     }
   }
 }

@@ -446,4 +446,92 @@ __device__ __forceinline__ void scan_chunk_wg(const PrefillArgs& a, const WgScan
   wgmma_fence_operands(S64);
 }
 
+// Split T's pass-1 chunk for a segment's value and transition rows in one CTA (Pass::kPairs):
+// this warp's 16 rows of the value block (SA: V_new^T = (v^T - P^T) Tb^T) and the same 16 rows of
+// the transition block (SB: U = 0), both against the chunk's one stage, so that one prepare serves
+// 256 rows. Per block exactly scan_chunk_wg<128, false>'s arithmetic in the same order (P^T over
+// the 16 key tiles into one accumulator, the decay after each batch's tf32 copies, V_new^T by
+// split-bf16 mma.sync, three m64n128k16): E_j and M_j bit for bit those of separate value and
+// transition CTAs. P^T runs in batches of 2 key tiles per block (16 registers of tf32 copies for
+// both): 128 registers of state leave no room for the unsplit chunk's batches of 8 (ptxas
+// serialises the chain under 208 registers per thread; chain bench, PairBlocks).
+__device__ __forceinline__ void scan_chunk_pair(const WgScanStage<128>& sb, float (&SA)[kK / 8][4],
+                                                float (&SB)[kK / 8][4], int vc) {
+  using namespace device;
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  constexpr int kTiles = kC / 8, kBatch = 2;
+  float pa[kTiles][4], pb[kTiles][4];
+#pragma unroll
+  for (int m = 0; m < kTiles; ++m)
+#pragma unroll
+    for (int f = 0; f < 4; ++f) pa[m][f] = pb[m][f] = 0.0f;
+  auto& pa8 = reinterpret_cast<float(&)[8]>(pa);
+  auto& pb8 = reinterpret_cast<float(&)[8]>(pb);
+  const SmemDesc desc_w = smem_desc_noswizzle(sb.w, kWgLboKeys, kWgSboKeys);
+  constexpr uint32_t kStepW = 2 * kWgLboKeys / 16;
+  wgmma_fence_operands(pa8);
+  wgmma_fence_operands(pb8);
+#pragma unroll
+  for (int b = 0; b < kK / 8; b += kBatch) {
+    uint32_t afa[kBatch][4], afb[kBatch][4];
+#pragma unroll
+    for (int jj = 0; jj < kBatch; ++jj) {
+      acc_to_a(SA[b + jj], afa[jj]);
+      acc_to_a(SB[b + jj], afb[jj]);
+    }
+    wgmma_fence();
+#pragma unroll
+    for (int jj = 0; jj < kBatch; ++jj)
+      wgmma_m64n16k8_tf32_rs(pa8, afa[jj], desc_w + kStepW * (b + jj), true);
+#pragma unroll
+    for (int jj = 0; jj < kBatch; ++jj)
+      wgmma_m64n16k8_tf32_rs(pb8, afb[jj], desc_w + kStepW * (b + jj), true);
+    wgmma_commit_group();
+#pragma unroll
+    for (int jj = 0; jj < kBatch; ++jj) {
+      const float2 d = *reinterpret_cast<const float2*>(&sb.decay[8 * (b + jj) + 2 * t]);
+      decay_tile(SA[b + jj], d);
+      decay_tile(SB[b + jj], d);
+    }
+    wgmma_wait_group<0>();
+  }
+  wgmma_fence_operands(pa8);
+  wgmma_fence_operands(pb8);
+  // V_new^T of one block, as scan_chunk_wg forms it (Tb split by the prepare: tb_col).
+  auto v_new = [&](const float (&pk)[kTiles][4], bool with_u, uint32_t (&vh)[4],
+                   uint32_t (&vl)[4]) {
+    float x[kTiles][4], vn[kTiles][4];
+#pragma unroll
+    for (int m = 0; m < kTiles; ++m)
+#pragma unroll
+      for (int f = 0; f < 4; ++f) {
+        const uint32_t pair = with_u ? sb.vt[vc + g + (f >= 2 ? 8 : 0)][4 * m + t] : 0u;
+        const float v = __uint_as_float((f & 1) ? (pair & 0xffff0000u) : (pair << 16));
+        x[m][f] = v - pk[m][f];
+      }
+    uint32_t xh[4], xl[4];
+    split_vnew(x, xh, xl);
+#pragma unroll
+    for (int mr = 0; mr < kTiles; ++mr) {
+      const uint4 q = *reinterpret_cast<const uint4*>(&sb.tb[8 * mr + g][tb_col(t, 0)]);
+#pragma unroll
+      for (int f = 0; f < 4; ++f) vn[mr][f] = 0.0f;
+      mma_m16n8k16_bf16(vn[mr], xl, q.x, q.y);
+      mma_m16n8k16_bf16(vn[mr], xh, q.z, q.w);
+      mma_m16n8k16_bf16(vn[mr], xh, q.x, q.y);
+    }
+    split_vnew(vn, vh, vl);
+  };
+  uint32_t vha[4], vla[4], vhb[4], vlb[4];
+  v_new(pa, true, vha, vla);
+  v_new(pb, false, vhb, vlb);
+  auto& SA64 = reinterpret_cast<float(&)[64]>(SA);
+  auto& SB64 = reinterpret_cast<float(&)[64]>(SB);
+  issue_state_update(SA64, vha, vla, sb);
+  issue_state_update(SB64, vhb, vlb, sb);
+  wgmma_wait_group<0>();
+  wgmma_fence_operands(SA64);
+  wgmma_fence_operands(SB64);
+}
+
 }  // namespace fastkda::prefill_cuda
