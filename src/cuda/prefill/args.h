@@ -19,9 +19,10 @@ enum class Pass : int {
   kTransitions = 1,  // per segment but the last: its end state (segment 0 from the initial
                      // state, the others from zero) and its K x K transition (from identity)
   kOutputs = 2,      // every segment from its true start state: outputs, final state
-  kPairs = 3,        // pass 1 as kTransitions does it at vsplit 1 with first_out, a segment's
-                     // value and transition rows in one CTA (two m-blocks per scan warpgroup,
-                     // one prepare group: prefill_kernel.cuh scan_pair_job)
+  kPairs = 3,        // pass 1 at vsplit 1 with first_out but segment 0: a segment's value and
+                     // transition rows in one CTA (two m-blocks per scan warpgroup, one prepare
+                     // group: prefill_kernel.cuh scan_pair_job), beside kFirst
+  kFirst = 4,        // with kPairs: segment 0's output jobs (first_out), launched just before it
 };
 
 // The streamed intra kernel's shared counters (intra_streamed_kernel), zeroed before each launch.

@@ -312,13 +312,13 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
     return chunks <= seg0 ? int64_t(1) : 1 + int64_t(std::ceil((chunks - seg0) / seg));
   };
   // Pairs (Pass::kPairs, FASTKDA_PREFILL_PAIR=0 turns them off): at vsplit 1 with first_out a
-  // segment's value and transition rows run in one CTA beside one prepare group, ~1.9 us per chunk
-  // for the 256 rows (chain bench, session 30: 1.83-1.86 with a synthetic prepare) against 2 x
-  // 0.85 x 1.38 in two CTAs.
+  // segment's value and transition rows run in one CTA beside one prepare group: ~2.08 us per
+  // chunk for the 256 rows (Nsight Compute, H8 T65536 with 128-chunk segments, session 30; the
+  // chain bench's synthetic prepare gave 1.83-1.86) against 2 x ~1.2 in two CTAs.
   const bool pairs_on = env_knob("FASTKDA_PREFILL_PAIR", "0 or 1", [](int64_t v) {
                           return v == 0 || v == 1;
                         }).value_or(1) == 1;
-  constexpr double kPairChunk = 1.9;
+  constexpr double kPairChunk = 2.1;
   auto pairs_at = [&](int vs) { return pairs_on && first_out && vs == 1; };
   auto vt_span = [&](int vs, int seg, int64_t nseg) {  // pass 1 without segment 0 (< 0: n/a)
     const int64_t jobs = heads * vs, free = sms - jobs;
@@ -695,7 +695,12 @@ void prefill(const ForwardParams& p) {
                               /*pdl=*/true, stream);
     return;
   }
-  if (plan.pairs) {  // one CTA per segment slot and head (its value and transition rows)
+  if (plan.pairs) {
+    // Segment 0's output jobs (kFirst: N x HV CTAs), then one CTA per segment slot and head for
+    // the value and transition rows of the other segments (kPairs), which starts once every kFirst
+    // CTA has passed its wait for the intra kernel and runs beside them; it completes after them.
+    a.jobs = num_seq * p.HV;
+    launch<128, Pass::kFirst>(a, a.jobs, /*pdl=*/true, stream);
     a.jobs = ctas / 2;
     launch<128, Pass::kPairs>(a, ctas / 2, /*pdl=*/true, stream);
   } else {

@@ -49,10 +49,17 @@ struct ScanJob {
   bool valid;
 };
 
-// Pass::kPairs (split T's pass 1 at vsplit 1 with first_out): one prepare group feeds both
-// m-blocks of the two scan warpgroups (a segment's value and transition rows: 256 rows of S^T),
-// registers 88 / 208 (the pair chunk needs ~208 per scan thread; 128 x 88 + 256 x 208 = 384 x
-// 168, the launch's share). Every other pass: prep_groups<kVs>() groups, prep_regs / scan_regs.
+// Pass::kPairs (split T's pass 1 at vsplit 1 with first_out, but segment 0): one prepare group
+// feeds both m-blocks of the two scan warpgroups (a segment's value and transition rows: 256 rows
+// of S^T), registers 88 / 208 (the pair chunk needs ~208 per scan thread; 128 x 88 + 256 x 208 =
+// 384 x 168, the launch's share). Segment 0's output jobs run beside it as Pass::kFirst, with the
+// usual two groups: with one group an output chunk took 1.94 us against 1.38 (Nsight Compute,
+// session 30). Every other pass: prep_groups<kVs>() groups, prep_regs / scan_regs.
+// Pass::kFirst: all threads meet here once the prepare passed griddep_wait, then let kPairs
+// launch (a named barrier id the kVs = 128 kernel does not use otherwise).
+constexpr int kFirstLaunchBarrier = BarrierIds<128>::kEnd;
+static_assert(kFirstLaunchBarrier < 16, "a free named barrier");
+
 template <int kVs, Pass kPass>
 constexpr int groups_of() {
   return kPass == Pass::kPairs ? 1 : prep_groups<kVs>();
@@ -80,10 +87,13 @@ __device__ __forceinline__ ScanJob job_of(const PrefillArgs& a, int64_t cta) {
   const int slices = kPass == Pass::kTransitions ? 2 * a.vsplit : a.vsplit;  // kPairs: vsplit 1
   const int slice = int(cta % slices);
   j.hv = int((cta / slices) % a.HV);
-  const int64_t unit = cta / (int64_t(slices) * a.HV);  // sequence, or segment slot (split T)
+  // A sequence (kWhole, kFirst), or a segment slot (split T)
+  int64_t unit = cta / (int64_t(slices) * a.HV);
   const int64_t seg_tokens = int64_t(a.seg_chunks) * kC;
   if constexpr (kPass == Pass::kWhole)
     j.n = a.order ? a.order[unit] : unit;  // long sequences first (order.cuh)
+  else if constexpr (kPass == Pass::kFirst)
+    j.n = unit;
   else
     j.n = slot_sequence(a, unit, seg_tokens);
   j.bos = seq_begin(a, j.n);
@@ -117,6 +127,7 @@ __device__ __forceinline__ ScanJob job_of(const PrefillArgs& a, int64_t cta) {
     return j;
   }
   // Split T: segment `seg` of the sequence (a zero-length sequence has one, empty, segment).
+  if constexpr (kPass == Pass::kFirst) unit = slot_base(j.bos, j.n, seg_tokens);  // segment 0
   const int64_t seg = unit - slot_base(j.bos, j.n, seg_tokens);
   const int nseg = seg_count(a, j.nchunks);
   j.valid = seg >= 0 && seg < nseg;
@@ -136,13 +147,16 @@ __device__ __forceinline__ ScanJob job_of(const PrefillArgs& a, int64_t cta) {
                 ? user_final
                 : StateRef{j.transition ? seg_transition(a, unit, j.hv) : seg_end(a, unit, j.hv),
                            true, false};
+  } else if constexpr (kPass == Pass::kFirst) {  // kTransitions' segment-0 output job
+    j.outputs = true;
+    j.init = user_init;
+    j.end = nseg == 1 ? user_final : StateRef{seg_end(a, unit, j.hv), true, false};
   } else if constexpr (kPass == Pass::kPairs) {
-    // As kTransitions with first_out: segment 0's output job, and one CTA for the value and the
-    // transition rows of each segment 1 .. nseg - 2 (zeros -> E, identity -> M).
-    j.outputs = seg == 0;
-    j.valid = j.outputs || seg < nseg - 1;
-    j.init = seg == 0 ? user_init : StateRef{nullptr, true, false};
-    j.end = j.outputs && nseg == 1 ? user_final : StateRef{seg_end(a, unit, j.hv), true, false};
+    // One CTA for the value and the transition rows of each segment 1 .. nseg - 2 (zeros -> E,
+    // identity -> M); segment 0 is kFirst's.
+    j.valid = seg >= 1 && seg < nseg - 1;
+    j.init = StateRef{nullptr, true, false};
+    j.end = StateRef{seg_end(a, unit, j.hv), true, false};
     j.end_m = StateRef{seg_transition(a, unit, j.hv), true, false};
   } else {  // Pass::kOutputs: every segment from its true start state (S_in(seg) over E_{seg-1})
     j.valid = !(a.first_out && seg == 0);  // done in pass 1
@@ -381,8 +395,13 @@ __global__ void __launch_bounds__(threads_of<kVs, kPass>(), 1)
     // Launched right behind the intra kernel (programmatic stream serialization): its workspace
     // is complete and visible only after this wait. The scan warps read no workspace; they load
     // their start state meanwhile (written before the intra kernel started). Streamed (a.ready):
-    // per chunk instead (wait_ready), while the intra grid still runs.
-    if (!a.ready) device::griddep_wait();
+    // per chunk instead (wait_ready), while the intra grid still runs. Pass::kPairs is launched
+    // behind kFirst, which lets it start once every kFirst CTA has passed this wait (below).
+    if (!a.ready && kPass != Pass::kPairs) device::griddep_wait();
+    if constexpr (kPass == Pass::kFirst) {
+      device::bar_sync(kFirstLaunchBarrier, threads_of<kVs, kPass>());
+      device::griddep_launch_dependents();
+    }
     const int p = threadIdx.x / kPrepThreads;
     int flat = 0;
     uint32_t phases = 0;
@@ -395,8 +414,8 @@ __global__ void __launch_bounds__(threads_of<kVs, kPass>(), 1)
       if (p == 0 && stride < a.jobs)
         prefetch_state_slice<kVs>(job.init, job.row0, threadIdx.x - p * kPrepThreads);
       const int first = job.c0 + (p - flat % kGroups + kGroups) % kGroups;
-      if ((kPass == Pass::kTransitions || kPass == Pass::kPairs) && job.outputs)
-        prepare_job<kVs, Pass::kOutputs, kGroups>(a, sm, p, job, first, flat, phases);  // pass 2's
+      if ((kPass == Pass::kTransitions || kPass == Pass::kFirst) && job.outputs)
+        prepare_job<kVs, Pass::kOutputs>(a, sm, p, job, first, flat, phases);  // pass 2's code
       else  // (first_out, job_of); a pair job's stage is the value rows' (v^T) without outputs
         prepare_job<kVs, kPass == Pass::kPairs ? Pass::kTransitions : kPass, kGroups>(
             a, sm, p, job, first, flat, phases);
@@ -404,6 +423,10 @@ __global__ void __launch_bounds__(threads_of<kVs, kPass>(), 1)
     }
   } else {
     device::setmaxnreg_inc<scan_regs_of<kVs, kPass>()>();
+    if constexpr (kPass == Pass::kFirst) {  // every thread, once the prepare passed griddep_wait
+      device::bar_sync(kFirstLaunchBarrier, threads_of<kVs, kPass>());
+      device::griddep_launch_dependents();
+    }
     if ((threadIdx.x >> 5) - kPrepWarps * kGroups >= scan_warps<kVs>()) return;  // padding
     // Chunks of all of this CTA's jobs (one job per CTA: known from that job, no extra pass).
     int total = -1;
@@ -419,16 +442,18 @@ __global__ void __launch_bounds__(threads_of<kVs, kPass>(), 1)
       const ScanJob job = job_of<kVs, kPass>(a, cta);
       if (!job.valid) continue;
       if constexpr (kPass == Pass::kPairs) {
-        if (job.outputs)
-          scan_job<kVs, Pass::kOutputs, kGroups>(a, sm, job, flat, total);
-        else
-          scan_pair_job(sm, job, flat, total);
-      } else if (kPass == Pass::kTransitions && job.outputs) {
+        scan_pair_job(sm, job, flat, total);
+      } else if ((kPass == Pass::kTransitions || kPass == Pass::kFirst) && job.outputs) {
         scan_job<kVs, Pass::kOutputs>(a, sm, job, flat, total);
       } else {
         scan_job<kVs, kPass>(a, sm, job, flat, total);
       }
     }
+  }
+  // kPairs: its grid completes only after kFirst's (segment 0's E_0, which the combine reads
+  // after this grid): every CTA with a job, and CTA 0 in any case, waits for it before exiting.
+  if constexpr (kPass == Pass::kPairs) {
+    if (blockIdx.x == 0 || job_of<kVs, kPass>(a, blockIdx.x).valid) device::griddep_wait();
   }
 }
 
