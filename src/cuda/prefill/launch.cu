@@ -312,13 +312,14 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
     return chunks <= seg0 ? int64_t(1) : 1 + int64_t(std::ceil((chunks - seg0) / seg));
   };
   // Pairs (Pass::kPairs, FASTKDA_PREFILL_PAIR=0 turns them off): at vsplit 1 with first_out a
-  // segment's value and transition rows run in one CTA beside one prepare group: ~2.08 us per
-  // chunk for the 256 rows (Nsight Compute, H8 T65536 with 128-chunk segments, session 30; the
-  // chain bench's synthetic prepare gave 1.83-1.86) against 2 x ~1.2 in two CTAs.
+  // segment's value and transition rows run in one CTA beside one prepare group: ~2.05-2.08 us
+  // per chunk for the 256 rows (Nsight Compute, H8 T65536 with 128-chunk segments, and forced
+  // plans, session 30; the chain bench's synthetic prepare gave 1.83-1.86) against 2 x ~1.2 in
+  // two CTAs.
   const bool pairs_on = env_knob("FASTKDA_PREFILL_PAIR", "0 or 1", [](int64_t v) {
                           return v == 0 || v == 1;
                         }).value_or(1) == 1;
-  constexpr double kPairChunk = 2.1;
+  constexpr double kPairChunk = 2.05;
   auto pairs_at = [&](int vs) { return pairs_on && first_out && vs == 1; };
   auto vt_span = [&](int vs, int seg, int64_t nseg) {  // pass 1 without segment 0 (< 0: n/a)
     const int64_t jobs = heads * vs, free = sms - jobs;
@@ -429,9 +430,11 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
     for (int w = 1; w <= 2 && jobs <= int64_t(w) * sms; ++w) {
       const int64_t m = int64_t(w) * sms / jobs - (first_out ? 0 : 1);
       if (m < 2) continue;
-      const double r = first_out && sms > jobs
-                           ? 0.85 * double((jobs * 2 * (m - 1) + sms - jobs - 1) / (sms - jobs))
-                           : 1.0;
+      // (pairs: one CTA per segment at kPairChunk against segment 0's output chunk)
+      const int64_t vt = pairs_at(vs) ? jobs * (m - 1) : jobs * 2 * (m - 1);
+      const double rate = pairs_at(vs) ? kPairChunk / (kOutputChunk * chunk_us(vs)) : 0.85;
+      const double r =
+          first_out && sms > jobs ? rate * double((vt + sms - jobs - 1) / (sms - jobs)) : 1.0;
       const int seg = int(std::ceil(chunks / (double(m) + std::max(r, 1.0))));
       consider((seg + kQuantum - 1) / kQuantum * kQuantum);
     }
