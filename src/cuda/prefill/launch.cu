@@ -266,7 +266,10 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
   // kVs = 128: 1.38 since session 15 (the prepare's truncated operands, gate FMA and v^T pairs:
   // -4 to -5 % on the kVs = 128 rows; the retire sweep then found 44 % of the tiles best for H96
   // T8192, 0.920 ms against 0.926 at the 41.3 % of 1.45 us, bench/results/2026-11-30_s15_final).
-  auto chunk_us = [](int vsplit) { return vsplit == 4 ? 1.15 : vsplit == 2 ? 0.96 : 1.38; };
+  // kVs = 64: 0.93 since session 30 (Nsight Compute since session 21: 0.93 us per chunk at H64
+  // fixed); with 0.96 the streamed H32 T4096 plan came out 12 us above its measured 0.261 ms and
+  // lost to a split with pairs that measured 0.264.
+  auto chunk_us = [](int vsplit) { return vsplit == 4 ? 1.15 : vsplit == 2 ? 0.93 : 1.38; };
   constexpr double kWaveUs = 20.0, kSegmentUs = 1.5;
   // The intra kernel (~0.92 SM-us per chunk and head at 5 CTAs per SM in session 13, ~3 % less at 6
   // CTAs per SM since session 14, not refitted: it only weighs plans against each other; 1.06
@@ -319,7 +322,8 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
   const bool pairs_on = env_knob("FASTKDA_PREFILL_PAIR", "0 or 1", [](int64_t v) {
                           return v == 0 || v == 1;
                         }).value_or(1) == 1;
-  constexpr double kPairChunk = 2.05;
+  // kPairsUs: the one more kernel of pass 1 (kFirst beside kPairs).
+  constexpr double kPairChunk = 2.05, kPairsUs = 10.0;
   auto pairs_at = [&](int vs) { return pairs_on && first_out && vs == 1; };
   auto vt_span = [&](int vs, int seg, int64_t nseg) {  // pass 1 without segment 0 (< 0: n/a)
     const int64_t jobs = heads * vs, free = sms - jobs;
@@ -341,7 +345,7 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
     double pass1 = waves(jobs * (2 * nseg - 3)) * (seg * 0.85 * chunk_us(vs) + kWaveUs);
     if (first_out) pass1 = span >= 0 ? std::max(out0_us, span) : std::max(pass1, out0_us);
     return intra_us + pass1 + waves(jobs * (nseg - (first_out ? 1 : 0))) * seg_us +
-           kSegmentUs * nseg;
+           kSegmentUs * nseg + (pairs_at(vs) ? kPairsUs : 0.0);
   };
   auto balanced_seg0 = [&](int vs, int seg) {  // segment 0 as long as the other jobs of pass 1
     int seg0 = seg;
