@@ -880,89 +880,11 @@ __global__ void __launch_bounds__(kLaunch, 1)
 // two m-blocks per scan warpgroup (warpgroup w: value rows 64 w .. 64 w + 63 as block A, the
 // transition rows with the same numbers as block B; 128 f32 registers of S per thread), so that
 // one prepare serves 256 rows with 2 scan warpgroups, where session 27's 4 warpgroups (640
-// threads with a prepare group) had 96 registers per thread and a serialised chain. Per chunk:
-// P^T of both blocks (m64n16k8 tf32, batches of kBatch key tiles, A's and B's in one commit
-// group), both V_new^T (split-bf16 mma.sync; block B without v), then both state updates
-// (3 m64n128k16 each). kPrepGroups synthetic prepare groups of kPrepFfma FFMA per thread and
-// chunk hand chunks over as in transition_chain_kernel (< 0: none).
-template <int kBatch>
-__device__ __forceinline__ void pair_blocks_chunk(
-    const fastkda::prefill_cuda::WgScanStage<128>& sb, float (&SA)[16][4], float (&SB)[16][4],
-    int vc) {
-  using namespace fastkda::prefill_cuda;
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  float pa[2][4], pb[2][4];
-#pragma unroll
-  for (int m = 0; m < 2; ++m)
-#pragma unroll
-    for (int f = 0; f < 4; ++f) pa[m][f] = pb[m][f] = 0.0f;
-  auto& pa8 = reinterpret_cast<float(&)[8]>(pa);
-  auto& pb8 = reinterpret_cast<float(&)[8]>(pb);
-  const SmemDesc desc_w = smem_desc_noswizzle(sb.w, kWgLboKeys, kWgSboKeys);
-  constexpr uint32_t kStepW = 2 * kWgLboKeys / 16;
-  wgmma_fence_operands(pa8);
-  wgmma_fence_operands(pb8);
-#pragma unroll
-  for (int b = 0; b < 16; b += kBatch) {
-    uint32_t afa[kBatch][4], afb[kBatch][4];
-#pragma unroll
-    for (int jj = 0; jj < kBatch; ++jj) {
-      acc_to_a(SA[b + jj], afa[jj]);
-      acc_to_a(SB[b + jj], afb[jj]);
-    }
-    wgmma_fence();
-#pragma unroll
-    for (int jj = 0; jj < kBatch; ++jj)
-      wgmma_m64n16k8_tf32_rs(pa8, afa[jj], desc_w + kStepW * (b + jj), true);
-#pragma unroll
-    for (int jj = 0; jj < kBatch; ++jj)
-      wgmma_m64n16k8_tf32_rs(pb8, afb[jj], desc_w + kStepW * (b + jj), true);
-    wgmma_commit_group();
-#pragma unroll
-    for (int jj = 0; jj < kBatch; ++jj) {
-      const float2 d = *reinterpret_cast<const float2*>(&sb.decay[8 * (b + jj) + 2 * t]);
-      decay_tile(SA[b + jj], d);
-      decay_tile(SB[b + jj], d);
-    }
-    wgmma_wait_group<0>();
-  }
-  wgmma_fence_operands(pa8);
-  wgmma_fence_operands(pb8);
-  auto v_new = [&](float (&pk)[2][4], bool with_u, float (&vn)[2][4]) {
-#pragma unroll
-    for (int m = 0; m < 2; ++m)
-#pragma unroll
-      for (int f = 0; f < 4; ++f) {
-        const uint32_t pair = with_u ? sb.vt[vc + g + (f >= 2 ? 8 : 0)][4 * m + t] : 0u;
-        const float v = __uint_as_float((f & 1) ? (pair & 0xffff0000u) : (pair << 16));
-        pk[m][f] = v - pk[m][f];
-      }
-    uint32_t xh[4], xl[4];
-    split_vnew(pk, xh, xl);
-#pragma unroll
-    for (int mr = 0; mr < 2; ++mr) {
-      const uint4 b = *reinterpret_cast<const uint4*>(&sb.tb[8 * mr + g][tb_col(t, 0)]);
-#pragma unroll
-      for (int f = 0; f < 4; ++f) vn[mr][f] = 0.0f;
-      mma_m16n8k16_bf16(vn[mr], xl, b.x, b.y);
-      mma_m16n8k16_bf16(vn[mr], xh, b.z, b.w);
-      mma_m16n8k16_bf16(vn[mr], xh, b.x, b.y);
-    }
-  };
-  float vna[2][4], vnb[2][4];
-  v_new(pa, true, vna);
-  v_new(pb, false, vnb);
-  uint32_t vha[4], vla[4], vhb[4], vlb[4];
-  split_vnew(vna, vha, vla);
-  split_vnew(vnb, vhb, vlb);
-  issue_state_update(reinterpret_cast<float(&)[64]>(SA), vha, vla, sb);
-  issue_state_update(reinterpret_cast<float(&)[64]>(SB), vhb, vlb, sb);
-  wgmma_wait_group<0>();
-  wgmma_fence_operands(reinterpret_cast<float(&)[64]>(SA));
-  wgmma_fence_operands(reinterpret_cast<float(&)[64]>(SB));
-}
-
-template <int kLaunch, int kPrepFfma, int kPrepGroups, int kBatch, int kPrepRegs, int kScanRegs>
+// threads with a prepare group) had 96 registers per thread and a serialised chain. The chunk is
+// the shipped one (scan.cuh scan_chunk_pair, Pass::kPairs: P^T in batches of 2 key tiles per
+// block). kPrepGroups synthetic prepare groups of kPrepFfma FFMA per thread and chunk hand chunks
+// over as in transition_chain_kernel (< 0: none).
+template <int kLaunch, int kPrepFfma, int kPrepGroups, int kPrepRegs, int kScanRegs>
 __global__ void __launch_bounds__(kLaunch, 1)
     pair_blocks_kernel(int chunks, float* state_out, uint32_t* o_out, int /*not used*/) {
   using namespace fastkda::prefill_cuda;
@@ -989,7 +911,7 @@ __global__ void __launch_bounds__(kLaunch, 1)
   wgmma_fence_operands(reinterpret_cast<float(&)[64]>(SB));
   for (int c = 0; c < chunks; ++c) {
     bar_sync(kPrep ? kCompeteFull + c % 2 : 1, kPrep ? handoff : 256);
-    pair_blocks_chunk<kBatch>(sb, SA, SB, 16 * (warp % 4) + 64 * wg);
+    scan_chunk_pair(sb, SA, SB, 16 * (warp % 4) + 64 * wg);
     if (kPrep && c + 2 < chunks) bar_arrive(kCompeteEmpty + c % 2, handoff);
   }
   float* dst = state_out + (size_t(blockIdx.x) * blockDim.x + threadIdx.x) * 64;
@@ -1563,7 +1485,10 @@ TEST(ScanChainBench, DISABLED_TransitionRows) {
 // warpgroup (pair_blocks_kernel), us per 16 tokens, against today's 128-row CTA (the shipped
 // chunk in wy_chain_kernel's harness) beside the same synthetic prepare: per chunk and group
 // kF FFMA per thread (~430 is the kernel's pass-1 prepare, session 28's calibration). The pair
-// CTA runs one prepare per chunk for 256 rows: compare it with twice the 128-row time.
+// CTA runs one prepare per chunk for 256 rows: compare it with twice the 128-row time. Measured
+// (H200, session 30, bench/results/2026-11-30_s30/pair_blocks.txt, with batches of 4 / 2 then):
+// 128 rows 0.938 / 1.198; 256 rows without a prepare 1.62 / 1.53, with one group of 430 FFMA
+// 1.83-1.86 (in the kernel, with the real prepare: ~2.05-2.08).
 TEST(ScanChainBench, DISABLED_PairBlocks) {
   int dev = 0, sms = 0;
   ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
@@ -1571,16 +1496,15 @@ TEST(ScanChainBench, DISABLED_PairBlocks) {
   constexpr int kTokens = 8192;
   for (int rep = 0; rep < 2; ++rep) {
     std::printf("PAIRBLOCKS us_per_16_tokens 128 rows (shipped, 2 groups) prep 0/430: %.3f / %.3f"
-                " | 256 rows batch 4/2: no_prep %.3f / %.3f | batch 2, 1 group (88 / 208 regs)"
-                " prep 0 / 430: %.3f / %.3f | batch 2, 1 group (72 / 216) prep 0 / 430: %.3f / %.3f\n",
+                " | 256 rows: no_prep %.3f | 1 group (88 / 208 regs, as Pass::kPairs) prep 0 / 430:"
+                " %.3f / %.3f | 1 group (72 / 216) prep 0 / 430: %.3f / %.3f\n",
                 time_kernel<16>(wy_chain_kernel<16, false, 8, 0, 0, true>, 4, sms, kTokens),
                 time_kernel<16>(wy_chain_kernel<16, false, 8, 430, 0, true>, 4, sms, kTokens),
-                time_kernel<16>(pair_blocks_kernel<256, -1, 0, 4, 0, 0>, 2, sms, kTokens),
-                time_kernel<16>(pair_blocks_kernel<256, -1, 0, 2, 0, 0>, 2, sms, kTokens),
-                time_kernel<16>(pair_blocks_kernel<384, 0, 1, 2, 88, 208>, 3, sms, kTokens),
-                time_kernel<16>(pair_blocks_kernel<384, 430, 1, 2, 88, 208>, 3, sms, kTokens),
-                time_kernel<16>(pair_blocks_kernel<384, 0, 1, 2, 72, 216>, 3, sms, kTokens),
-                time_kernel<16>(pair_blocks_kernel<384, 430, 1, 2, 72, 216>, 3, sms, kTokens));
+                time_kernel<16>(pair_blocks_kernel<256, -1, 0, 0, 0>, 2, sms, kTokens),
+                time_kernel<16>(pair_blocks_kernel<384, 0, 1, 88, 208>, 3, sms, kTokens),
+                time_kernel<16>(pair_blocks_kernel<384, 430, 1, 88, 208>, 3, sms, kTokens),
+                time_kernel<16>(pair_blocks_kernel<384, 0, 1, 72, 216>, 3, sms, kTokens),
+                time_kernel<16>(pair_blocks_kernel<384, 430, 1, 72, 216>, 3, sms, kTokens));
   }
 }
 
