@@ -924,6 +924,21 @@ TEST(PrefillGpu, SplitTInvariants) {
   check_graph_capture(c);
 }
 
+// Runs p as the environment stands, then with `knob` = `value`: outputs, final and boundary states
+// bit for bit the same (plan variants that compute the same rows in the same order).
+void expect_same_bits_with(const Problem& p, const DeviceInputs& d, const char* knob,
+                           const char* value, const std::string& label) {
+  const Result base = run_gpu(p, d);
+  Result other;
+  {
+    ScopedEnv env(knob, value);
+    other = run_gpu(p, d);
+  }
+  EXPECT_TRUE(base.out.same_bits(other.out)) << label << "  " << p.describe();
+  EXPECT_TRUE(base.state.same_bits(other.state)) << label << "  " << p.describe();
+  EXPECT_TRUE(base.boundary.same_bits(other.boundary)) << label << "  " << p.describe();
+}
+
 // Split T with segment 0's outputs in pass 1 (first_out, the default) against pass 2 doing them
 // (FASTKDA_PREFILL_FIRST_OUT=0): the same chunks by the same code from the same start, so the
 // same bits in the outputs, the final states and the boundary states; the batch mixes
@@ -938,15 +953,7 @@ TEST(PrefillGpu, SplitTFirstOutputs) {
     c.H = 2, c.HV = 4, c.pool = true, c.boundary = true;
     Problem p(c);
     DeviceInputs d(p);
-    const Result on = run_gpu(p, d);
-    Result off;
-    {
-      ScopedEnv env_off("FASTKDA_PREFILL_FIRST_OUT", "0");
-      off = run_gpu(p, d);
-    }
-    EXPECT_TRUE(on.out.same_bits(off.out)) << "vsplit " << vs << "  " << p.describe();
-    EXPECT_TRUE(on.state.same_bits(off.state)) << "vsplit " << vs << "  " << p.describe();
-    EXPECT_TRUE(on.boundary.same_bits(off.boundary)) << "vsplit " << vs << "  " << p.describe();
+    expect_same_bits_with(p, d, "FASTKDA_PREFILL_FIRST_OUT", "0", std::string("vsplit ") + vs);
     check_against_oracle(p, (std::string("split first_out vsplit ") + vs).c_str());
   }
 }
@@ -967,15 +974,7 @@ TEST(PrefillGpu, SplitTPairs) {
     c.H = 2, c.HV = 4, c.pool = true, c.boundary = true;
     Problem p(c);
     DeviceInputs d(p);
-    const Result pairs = run_gpu(p, d);
-    Result apart;
-    {
-      ScopedEnv env_off("FASTKDA_PREFILL_PAIR", "0");
-      apart = run_gpu(p, d);
-    }
-    EXPECT_TRUE(pairs.out.same_bits(apart.out)) << "seg " << seg << "  " << p.describe();
-    EXPECT_TRUE(pairs.state.same_bits(apart.state)) << "seg " << seg << "  " << p.describe();
-    EXPECT_TRUE(pairs.boundary.same_bits(apart.boundary)) << "seg " << seg << "  " << p.describe();
+    expect_same_bits_with(p, d, "FASTKDA_PREFILL_PAIR", "0", std::string("seg ") + seg);
     check_against_oracle(p, (std::string("split pairs seg") + seg).c_str());
   }
 }

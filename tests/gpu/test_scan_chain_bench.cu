@@ -745,7 +745,7 @@ template <int kBatch>
 __device__ __forceinline__ void lean_transition_chunk(
     const fastkda::prefill_cuda::WgScanStage<128>& sb, float (&S)[16][4], int vc) {
   using namespace fastkda::prefill_cuda;
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int t = threadIdx.x & 3;
   float pk[2][4];
 #pragma unroll
   for (int m = 0; m < 2; ++m)
@@ -773,27 +773,7 @@ __device__ __forceinline__ void lean_transition_chunk(
   }
   wgmma_fence_operands(pk8);
   float vn[2][4];
-  {
-#pragma unroll
-    for (int m = 0; m < 2; ++m)
-#pragma unroll
-      for (int f = 0; f < 4; ++f) {
-        const uint32_t pair = sb.vt[vc + g + (f >= 2 ? 8 : 0)][4 * m + t];
-        const float v = __uint_as_float((f & 1) ? (pair & 0xffff0000u) : (pair << 16));
-        pk[m][f] = v - pk[m][f];
-      }
-    uint32_t xh[4], xl[4];
-    split_vnew(pk, xh, xl);
-#pragma unroll
-    for (int mr = 0; mr < 2; ++mr) {
-      const uint4 b = *reinterpret_cast<const uint4*>(&sb.tb[8 * mr + g][tb_col(t, 0)]);
-#pragma unroll
-      for (int f = 0; f < 4; ++f) vn[mr][f] = 0.0f;
-      mma_m16n8k16_bf16(vn[mr], xl, b.x, b.y);
-      mma_m16n8k16_bf16(vn[mr], xh, b.z, b.w);
-      mma_m16n8k16_bf16(vn[mr], xh, b.x, b.y);
-    }
-  }
+  wg_v_new(sb, pk, vc, true, vn);
   uint32_t vh[4], vl[4];
   split_vnew(vn, vh, vl);
   issue_state_update(S64, vh, vl, sb);

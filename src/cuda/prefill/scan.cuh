@@ -307,6 +307,51 @@ __device__ __forceinline__ void scan_chunk(const PrefillArgs& a, const ScanStage
   }
 }
 
+// The wgmma chunk's V_new^T = (v^T - P^T) Tb^T = U^T - S^T W^T without W or U (the prepare forms
+// neither) for this warp's 16 rows (column vc of the stage's v^T; U = 0 without with_u), P^T in
+// pk (m16n8 accumulators of the chunk's two token tiles): one k16 step over the chunk's source
+// tokens, split bf16 on both sides (A = v^T - P^T from the accumulator layout as split_vnew takes
+// it, v^T exact in bf16 from the stage's token pairs; B = Tb^T, token r = 8 mr + g), hi.hi + hi.lo
+// + lo.hi: the kept precision (emulated, bench/precision_chunk.py). Tb is lower triangular with
+// exact zeros: causal bit for bit.
+template <int kVs>
+__device__ __forceinline__ void wg_v_new(const WgScanStage<kVs>& sb, const float (&pk)[kC / 8][4],
+                                         int vc, bool with_u, float (&vn)[kC / 8][4]) {
+  using namespace device;
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  constexpr int kTiles = kC / 8;
+  float x[kTiles][4];
+#pragma unroll
+  for (int m = 0; m < kTiles; ++m)
+#pragma unroll
+    for (int f = 0; f < 4; ++f) {
+      const uint32_t pair = with_u ? sb.vt[vc + g + (f >= 2 ? 8 : 0)][4 * m + t] : 0u;
+      const float v = __uint_as_float((f & 1) ? (pair & 0xffff0000u) : (pair << 16));
+      x[m][f] = v - pk[m][f];
+    }
+  uint32_t xh[4], xl[4];
+  split_vnew(x, xh, xl);
+#pragma unroll
+  for (int mr = 0; mr < kTiles; ++mr) {
+    // Tokens 2t, 2t + 1 (h0, l0) and 2t + 8, 2t + 9 (h1, l1) of Tb row 8 mr + g.
+    uint32_t h0, l0, h1, l1;
+    if constexpr (two_scan_warpgroups<kVs>()) {  // split by the prepare (tb_col)
+      const uint4 b = *reinterpret_cast<const uint4*>(&sb.tb[8 * mr + g][tb_col(t, 0)]);
+      h0 = b.x, h1 = b.y, l0 = b.z, l1 = b.w;
+    } else {
+      const float2 t0 = *reinterpret_cast<const float2*>(&sb.tb[8 * mr + g][2 * t]);
+      const float2 t1 = *reinterpret_cast<const float2*>(&sb.tb[8 * mr + g][2 * t + 8]);
+      split_bf16x2(t0.x, t0.y, h0, l0);
+      split_bf16x2(t1.x, t1.y, h1, l1);
+    }
+#pragma unroll
+    for (int f = 0; f < 4; ++f) vn[mr][f] = 0.0f;
+    mma_m16n8k16_bf16(vn[mr], xl, h0, h1);
+    mma_m16n8k16_bf16(vn[mr], xh, l0, l1);
+    mma_m16n8k16_bf16(vn[mr], xh, h0, h1);
+  }
+}
+
 // The same chunk on wgmma (kVs = 128 / 64): the 4 warps of a warpgroup own 64 value rows, each
 // warp's registers exactly as in scan_chunk (the wgmma accumulator and A layouts are the mma.sync
 // ones); B operands come from the WgScanStage layouts (config.h) through descriptors. The A
@@ -364,44 +409,8 @@ __device__ __forceinline__ void scan_chunk_wg(const PrefillArgs& a, const WgScan
     wgmma_wait_group<0>();
   }
   wgmma_fence_operands(acc16);
-  // V_new^T = (v^T - P^T) Tb^T = U^T - S^T W^T without W or U (the prepare forms neither): one
-  // k16 step over the chunk's source tokens, split bf16 on both sides (A = v^T - P^T from the
-  // accumulator layout as split_vnew takes it, v^T exact in bf16 from the stage's token pairs;
-  // B = Tb^T, token r = 8 mr + g), hi.hi + hi.lo + lo.hi: the kept precision (emulated,
-  // bench/precision_chunk.py). Tb is lower triangular with exact zeros: causal bit for bit.
   float vn[kTiles][4];
-  {
-    float x[kTiles][4];
-#pragma unroll
-    for (int m = 0; m < kTiles; ++m)
-#pragma unroll
-      for (int f = 0; f < 4; ++f) {
-        const uint32_t pair = with_u ? sb.vt[vc + g + (f >= 2 ? 8 : 0)][4 * m + t] : 0u;
-        const float v = __uint_as_float((f & 1) ? (pair & 0xffff0000u) : (pair << 16));
-        x[m][f] = v - pk[m][f];
-      }
-    uint32_t xh[4], xl[4];
-    split_vnew(x, xh, xl);
-#pragma unroll
-    for (int mr = 0; mr < kTiles; ++mr) {
-      // Tokens 2t, 2t + 1 (h0, l0) and 2t + 8, 2t + 9 (h1, l1) of Tb row 8 mr + g.
-      uint32_t h0, l0, h1, l1;
-      if constexpr (two_scan_warpgroups<kVs>()) {  // split by the prepare (tb_col)
-        const uint4 b = *reinterpret_cast<const uint4*>(&sb.tb[8 * mr + g][tb_col(t, 0)]);
-        h0 = b.x, h1 = b.y, l0 = b.z, l1 = b.w;
-      } else {
-        const float2 t0 = *reinterpret_cast<const float2*>(&sb.tb[8 * mr + g][2 * t]);
-        const float2 t1 = *reinterpret_cast<const float2*>(&sb.tb[8 * mr + g][2 * t + 8]);
-        split_bf16x2(t0.x, t0.y, h0, l0);
-        split_bf16x2(t1.x, t1.y, h1, l1);
-      }
-#pragma unroll
-      for (int f = 0; f < 4; ++f) vn[mr][f] = 0.0f;
-      mma_m16n8k16_bf16(vn[mr], xl, h0, h1);
-      mma_m16n8k16_bf16(vn[mr], xh, l0, l1);
-      mma_m16n8k16_bf16(vn[mr], xh, h0, h1);
-    }
-  }
+  wg_v_new(sb, pk, vc, with_u, vn);
   // The output (A_qk part, staging, store): with one warpgroup in the state update's shadow (it
   // reads none of the update's registers; session 20: -2.5 to -3.5 % on the kVs = 64 rows), with
   // two before it (in the shadow it measured +3 to +4 % on the kVs = 128 rows).
@@ -458,7 +467,7 @@ __device__ __forceinline__ void scan_chunk_wg(const PrefillArgs& a, const WgScan
 __device__ __forceinline__ void scan_chunk_pair(const WgScanStage<128>& sb, float (&SA)[kK / 8][4],
                                                 float (&SB)[kK / 8][4], int vc) {
   using namespace device;
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int t = threadIdx.x & 3;
   constexpr int kTiles = kC / 8, kBatch = 2;
   float pa[kTiles][4], pb[kTiles][4];
 #pragma unroll
@@ -497,34 +506,12 @@ __device__ __forceinline__ void scan_chunk_pair(const WgScanStage<128>& sb, floa
   }
   wgmma_fence_operands(pa8);
   wgmma_fence_operands(pb8);
-  // V_new^T of one block, as scan_chunk_wg forms it (Tb split by the prepare: tb_col).
-  auto v_new = [&](const float (&pk)[kTiles][4], bool with_u, uint32_t (&vh)[4],
-                   uint32_t (&vl)[4]) {
-    float x[kTiles][4], vn[kTiles][4];
-#pragma unroll
-    for (int m = 0; m < kTiles; ++m)
-#pragma unroll
-      for (int f = 0; f < 4; ++f) {
-        const uint32_t pair = with_u ? sb.vt[vc + g + (f >= 2 ? 8 : 0)][4 * m + t] : 0u;
-        const float v = __uint_as_float((f & 1) ? (pair & 0xffff0000u) : (pair << 16));
-        x[m][f] = v - pk[m][f];
-      }
-    uint32_t xh[4], xl[4];
-    split_vnew(x, xh, xl);
-#pragma unroll
-    for (int mr = 0; mr < kTiles; ++mr) {
-      const uint4 q = *reinterpret_cast<const uint4*>(&sb.tb[8 * mr + g][tb_col(t, 0)]);
-#pragma unroll
-      for (int f = 0; f < 4; ++f) vn[mr][f] = 0.0f;
-      mma_m16n8k16_bf16(vn[mr], xl, q.x, q.y);
-      mma_m16n8k16_bf16(vn[mr], xh, q.z, q.w);
-      mma_m16n8k16_bf16(vn[mr], xh, q.x, q.y);
-    }
-    split_vnew(vn, vh, vl);
-  };
+  float vna[kTiles][4], vnb[kTiles][4];
   uint32_t vha[4], vla[4], vhb[4], vlb[4];
-  v_new(pa, true, vha, vla);
-  v_new(pb, false, vhb, vlb);
+  wg_v_new(sb, pa, vc, true, vna);
+  split_vnew(vna, vha, vla);
+  wg_v_new(sb, pb, vc, false, vnb);
+  split_vnew(vnb, vhb, vlb);
   auto& SA64 = reinterpret_cast<float(&)[64]>(SA);
   auto& SB64 = reinterpret_cast<float(&)[64]>(SB);
   issue_state_update(SA64, vha, vla, sb);
