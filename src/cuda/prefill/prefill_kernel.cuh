@@ -49,17 +49,17 @@ struct ScanJob {
   bool valid;
 };
 
+// Pass::kFirst: all threads meet here once the prepare passed griddep_wait, then let kPairs
+// launch (a named barrier id the kVs = 128 kernel does not use otherwise).
+constexpr int kFirstLaunchBarrier = BarrierIds<128>::kEnd;
+static_assert(kFirstLaunchBarrier < 16, "a free named barrier");
+
 // Pass::kPairs (split T's pass 1 at vsplit 1 with first_out, but segment 0): one prepare group
 // feeds both m-blocks of the two scan warpgroups (a segment's value and transition rows: 256 rows
 // of S^T), registers 88 / 208 (the pair chunk needs ~208 per scan thread; 128 x 88 + 256 x 208 =
 // 384 x 168, the launch's share). Segment 0's output jobs run beside it as Pass::kFirst, with the
 // usual two groups: with one group an output chunk took 1.94 us against 1.38 (Nsight Compute,
 // session 30). Every other pass: prep_groups<kVs>() groups, prep_regs / scan_regs.
-// Pass::kFirst: all threads meet here once the prepare passed griddep_wait, then let kPairs
-// launch (a named barrier id the kVs = 128 kernel does not use otherwise).
-constexpr int kFirstLaunchBarrier = BarrierIds<128>::kEnd;
-static_assert(kFirstLaunchBarrier < 16, "a free named barrier");
-
 template <int kVs, Pass kPass>
 constexpr int groups_of() {
   return kPass == Pass::kPairs ? 1 : prep_groups<kVs>();
