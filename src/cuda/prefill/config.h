@@ -86,9 +86,14 @@ static_assert(combine_m_offset(2, 0) == 2 * kK + 8 && combine_m_offset(7, 13) ==
 // every row with the register move; an Nsight Compute profile then shows the kVs = 128 scan
 // warps waiting for the prepare (44 % of their samples on the Full barrier) and the kVs = 32
 // prepare waiting for the scan (51 % on Empty).
-template <int kVs>
+// kPairs: split T's pass-1 CTA for a segment's value and transition rows (Pass::kPairs,
+// prefill_kernel.cuh scan_pair_job, kVs = 128): one prepare group for the two scan warpgroups'
+// 256 rows (384 threads), 88 / 208 registers (the pair chunk needs ~208 per scan thread: at 200
+// ptxas serialises it). Its stages, hand-off slots and barrier ids stay the two-group layout's
+// (the defaults below), which one group uses as well.
+template <int kVs, bool kPairs = false>
 constexpr int prep_groups() {
-  return kVs == 128 ? 2 : 3;
+  return kPairs ? 1 : kVs == 128 ? 2 : 3;
 }
 // Key split of the mma.sync scan: at kVs = 32 the scan warpgroup's 4 warps own 16 value rows x 64
 // keys of S^T each (a pair of warps per 16 value rows, one per key half), instead of 2 warps with
@@ -125,31 +130,32 @@ template <int kVs>
 constexpr int handoff_threads() {
   return kPrepThreads + 32 * scan_warps<kVs>();
 }
-template <int kVs>
+template <int kVs, bool kPairs = false>
 constexpr int block_threads() {
-  return prep_groups<kVs>() * kPrepThreads + scan_threads_padded<kVs>();
+  return prep_groups<kVs, kPairs>() * kPrepThreads + scan_threads_padded<kVs>();
 }
 // setmaxnreg budgets: prepare and scan threads.
-template <int kVs>
+template <int kVs, bool kPairs = false>
 constexpr int prep_regs() {
-  return 112;
+  return kPairs ? 88 : 112;
 }
-template <int kVs>
+template <int kVs, bool kPairs = false>
 constexpr int scan_regs() {
-  return kVs == 128 ? 144 : 176;
+  return kPairs ? 208 : kVs == 128 ? 144 : 176;
 }
 // Registers of a CTA after setmaxnreg: within what the CTA was launched with (one CTA per SM:
 // 64 K / threads per thread, rounded down to a multiple of 8), the pool setmaxnreg.inc draws
 // from. More than that and the scan warps' setmaxnreg.inc waits forever (a hang, not an error:
 // three groups at kVs = 128, 640 threads x 96, with 80 + 136 registers, session 11).
-template <int kVs>
+template <int kVs, bool kPairs = false>
 constexpr bool fits_register_file() {
-  constexpr int launched = 65536 / block_threads<kVs>() / 8 * 8;
-  return prep_groups<kVs>() * kPrepThreads * prep_regs<kVs>() +
-             scan_threads_padded<kVs>() * scan_regs<kVs>() <=
-         block_threads<kVs>() * launched;
+  constexpr int launched = 65536 / block_threads<kVs, kPairs>() / 8 * 8;
+  return prep_groups<kVs, kPairs>() * kPrepThreads * prep_regs<kVs, kPairs>() +
+             scan_threads_padded<kVs>() * scan_regs<kVs, kPairs>() <=
+         block_threads<kVs, kPairs>() * launched;
 }
-static_assert(fits_register_file<32>() && fits_register_file<64>() && fits_register_file<128>(),
+static_assert(fits_register_file<32>() && fits_register_file<64>() && fits_register_file<128>() &&
+                  fits_register_file<128, true>(),
               "register file");
 
 // Largest exponent span (log2) the anchored MMA form of the diagonal blocks may use; rows whose

@@ -503,7 +503,8 @@ Plan choose_plan(const ForwardParams& p, int64_t num_seq, int sms) {
 template <int kVs, prefill_cuda::Pass kPass>
 void launch(const PrefillArgs& a, int64_t ctas, bool pdl, cudaStream_t stream) {
   constexpr size_t smem = prefill_cuda::shared_bytes<kVs>();
-  constexpr int threads = prefill_cuda::threads_of<kVs, kPass>();
+  constexpr int threads =
+      prefill_cuda::block_threads<kVs, prefill_cuda::kPairLayout<kPass>>();
   auto* kernel = prefill_cuda::prefill_kernel<kVs, kPass>;
   FASTKDA_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));

@@ -54,32 +54,12 @@ struct ScanJob {
 constexpr int kFirstLaunchBarrier = BarrierIds<128>::kEnd;
 static_assert(kFirstLaunchBarrier < 16, "a free named barrier");
 
-// Pass::kPairs (split T's pass 1 at vsplit 1 with first_out, but segment 0): one prepare group
-// feeds both m-blocks of the two scan warpgroups (a segment's value and transition rows: 256 rows
-// of S^T), registers 88 / 208 (the pair chunk needs ~208 per scan thread; 128 x 88 + 256 x 208 =
-// 384 x 168, the launch's share). Segment 0's output jobs run beside it as Pass::kFirst, with the
-// usual two groups: with one group an output chunk took 1.94 us against 1.38 (Nsight Compute,
-// session 30). Every other pass: prep_groups<kVs>() groups, prep_regs / scan_regs.
-template <int kVs, Pass kPass>
-constexpr int groups_of() {
-  return kPass == Pass::kPairs ? 1 : prep_groups<kVs>();
-}
-template <int kVs, Pass kPass>
-constexpr int threads_of() {
-  return groups_of<kVs, kPass>() * kPrepThreads + scan_threads_padded<kVs>();
-}
-template <int kVs, Pass kPass>
-constexpr int prep_regs_of() {
-  return kPass == Pass::kPairs ? 88 : prep_regs<kVs>();
-}
-template <int kVs, Pass kPass>
-constexpr int scan_regs_of() {
-  return kPass == Pass::kPairs ? 208 : scan_regs<kVs>();
-}
-static_assert(kPrepThreads * prep_regs_of<128, Pass::kPairs>() +
-                      scan_threads_padded<128>() * scan_regs_of<128, Pass::kPairs>() <=
-                  threads_of<128, Pass::kPairs>() * (65536 / threads_of<128, Pass::kPairs>() / 8 * 8),
-              "register file (fits_register_file, config.h)");
+// Pass::kPairs runs the pair CTA layout (config.h prep_groups<kVs, true>: one prepare group for
+// a segment's value and transition rows). Segment 0's output jobs run beside it as Pass::kFirst,
+// with the usual two groups: with one group an output chunk took 1.94 us against 1.38 (Nsight
+// Compute, session 30).
+template <Pass kPass>
+constexpr bool kPairLayout = kPass == Pass::kPairs;
 
 template <int kVs, Pass kPass>
 __device__ __forceinline__ ScanJob job_of(const PrefillArgs& a, int64_t cta) {
@@ -352,7 +332,7 @@ __device__ __forceinline__ void scan_job(const PrefillArgs& a, SharedPlan<kVs>& 
 // (the latter in the combine's layout). The hand-off as in scan_job, one prepare group.
 __device__ __forceinline__ void scan_pair_job(SharedPlan<128>& sm, const ScanJob& job, int& flat,
                                               int total) {
-  constexpr int kGroups = groups_of<128, Pass::kPairs>(), kStages = scan_stages<128>();
+  constexpr int kGroups = prep_groups<128, true>(), kStages = scan_stages<128>();
   constexpr int kThreads = handoff_threads<128>(), kSlots = handoff_slots<128>();
   using Bar = BarrierIds<128>;
   if (total < 0) total = flat + job.c1 - job.c0;
@@ -377,12 +357,12 @@ __device__ __forceinline__ void scan_pair_job(SharedPlan<128>& sm, const ScanJob
 // CTA b does jobs b, b + gridDim.x, ... (one each unless the launcher chose a persistent grid);
 // both roles walk the same jobs, so they agree on the sequence of chunks without talking.
 template <int kVs, Pass kPass>
-__global__ void __launch_bounds__(threads_of<kVs, kPass>(), 1)
+__global__ void __launch_bounds__(block_threads<kVs, kPairLayout<kPass>>(), 1)
     prefill_kernel(const __grid_constant__ PrefillArgs a) {
   static_assert(kPass != Pass::kPairs || kVs == 128, "pairs at vsplit 1 only");
   extern __shared__ __align__(128) unsigned char smem_bytes[];
   auto& sm = *reinterpret_cast<SharedPlan<kVs>*>(smem_bytes);
-  constexpr int kGroups = groups_of<kVs, kPass>();
+  constexpr int kGroups = prep_groups<kVs, kPairLayout<kPass>>();
   const int64_t stride = gridDim.x;
   if (threadIdx.x == 0) {
     for (int p = 0; p < kGroups; ++p)
@@ -391,7 +371,7 @@ __global__ void __launch_bounds__(threads_of<kVs, kPass>(), 1)
   }
   __syncthreads();  // the only CTA-wide barrier: the mbarriers exist before any load
   if (threadIdx.x < kGroups * kPrepThreads) {
-    device::setmaxnreg_dec<prep_regs_of<kVs, kPass>()>();
+    device::setmaxnreg_dec<prep_regs<kVs, kPairLayout<kPass>>()>();
     // Launched right behind the intra kernel (programmatic stream serialization): its workspace
     // is complete and visible only after this wait. The scan warps read no workspace; they load
     // their start state meanwhile (written before the intra kernel started). Streamed (a.ready):
@@ -399,7 +379,7 @@ __global__ void __launch_bounds__(threads_of<kVs, kPass>(), 1)
     // behind kFirst, which lets it start once every kFirst CTA has passed this wait (below).
     if (!a.ready && kPass != Pass::kPairs) device::griddep_wait();
     if constexpr (kPass == Pass::kFirst) {
-      device::bar_sync(kFirstLaunchBarrier, threads_of<kVs, kPass>());
+      device::bar_sync(kFirstLaunchBarrier, block_threads<kVs>());
       device::griddep_launch_dependents();
     }
     const int p = threadIdx.x / kPrepThreads;
@@ -422,9 +402,9 @@ __global__ void __launch_bounds__(threads_of<kVs, kPass>(), 1)
       flat += job.c1 - job.c0;
     }
   } else {
-    device::setmaxnreg_inc<scan_regs_of<kVs, kPass>()>();
+    device::setmaxnreg_inc<scan_regs<kVs, kPairLayout<kPass>>()>();
     if constexpr (kPass == Pass::kFirst) {  // every thread, once the prepare passed griddep_wait
-      device::bar_sync(kFirstLaunchBarrier, threads_of<kVs, kPass>());
+      device::bar_sync(kFirstLaunchBarrier, block_threads<kVs>());
       device::griddep_launch_dependents();
     }
     if ((threadIdx.x >> 5) - kPrepWarps * kGroups >= scan_warps<kVs>()) return;  // padding
