@@ -284,10 +284,11 @@ __global__ void __launch_bounds__(32 * kIntraWarps, kIntraWarpCtasPerSm)
 }
 
 // One chunk of the streamed kernel, then its count: a __syncwarp orders the whole warp's record
-// stores before lane 0's release (its fence stalls this warp alone). Not inlined: inside the
-// kernel's tile loop ptxas kept loop-invariant values in registers and spilled ~270 bytes per
-// thread.
-__device__ __noinline__ void intra_warp_streamed_chunk(const PrefillArgs& a, IntraWarpSmem& sm,
+// stores before lane 0's release (its fence stalls this warp alone). Inlined since session 31:
+// out of line (sessions 18-30, when inlined it had spilled ~270 bytes per thread in the tile loop;
+// now 0 at the same 168 registers) the chunk read PrefillArgs and q, k, g through generic
+// pointers and the kernel kept a 72-byte stack frame.
+__device__ __forceinline__ void intra_warp_streamed_chunk(const PrefillArgs& a, IntraWarpSmem& sm,
                                                        const IntraTile& x) {
   intra_warp_chunk(a, sm, chunk_ws(a, x.slot, x.hv), x.hv, x.tok0, x.nvalid);
   __syncwarp();
