@@ -979,6 +979,46 @@ TEST(PrefillGpu, SplitTPairs) {
   }
 }
 
+// Split T beside the streamed intra kernel (FASTKDA_PREFILL_STREAM=1 with a forced segment
+// length at vsplit 1: kFirst and kPairs wait on the ready counters instead of on the intra grid)
+// against the intra kernel first (=0): the same records and the same scan, so the same bits, at
+// retire points 0 and 100 % (segment 0's jobs start at once / once every tile is made), on a
+// fixed batch with a partial last chunk, boundary states and a state pool, and on one varlen
+// sequence with tokens before and after it; the oracle's accuracy, CUDA-graph capture, and the
+// workspace: chunk slots, segment slots, then the ready counters and the queue.
+TEST(PrefillGpu, SplitTStreamed) {
+  FASTKDA_REQUIRE_GPU();
+  ScopedEnv env_vs("FASTKDA_PREFILL_VSPLIT", "1"), env_seg0("FASTKDA_PREFILL_SEG0", "192");
+  std::vector<Case> cases(2);
+  cases[0].B = 3, cases[0].T = 1000, cases[0].H = 2, cases[0].HV = 4;
+  cases[0].pool = true, cases[0].boundary = true;
+  cases[1].seqlens = {777}, cases[1].lead = 40, cases[1].tail = 100, cases[1].HV = 6;
+  for (const char* seg : {"64", "128"}) {
+    ScopedEnv env_seg("FASTKDA_PREFILL_SEG", seg);
+    for (const Case& c : cases) {
+      Problem p(c);
+      DeviceInputs d(p);
+      for (const char* retire : {"0", "100"}) {
+        ScopedEnv env("FASTKDA_PREFILL_STREAM", "1"), env_retire("FASTKDA_PREFILL_RETIRE", retire);
+        expect_same_bits_with(p, d, "FASTKDA_PREFILL_STREAM", "0",
+                              std::string("seg ") + seg + " retire " + retire);
+      }
+      ScopedEnv env("FASTKDA_PREFILL_STREAM", "1");
+      check_against_oracle(p, (std::string("split streamed seg") + seg).c_str());
+      if (!c.pool) check_graph_capture(c);
+      DeviceBuf out(p.out_elems() * 2);
+      const fastkda::ForwardParams f = size_query_params(p, d, out.get());
+      const size_t tokens = size_t(p.c.B * p.c.T), n = size_t(p.num_seq);
+      const size_t chunk_bytes = ((tokens / 16 + n) * p.c.HV * 2176 + 255) / 256 * 256;
+      const size_t seg_bytes = (tokens / std::stoul(seg) + n) * p.c.HV * 131072;
+      const size_t blocks = size_t((p.c.T + 127) / 128);  // of the longest sequence (varlen: all)
+      const size_t ready_bytes = (n * p.c.HV * blocks * 4 + 255) / 256 * 256;
+      EXPECT_EQ(fastkda::forward_workspace_size(f), chunk_bytes + seg_bytes + ready_bytes + 256)
+          << p.describe();
+    }
+  }
+}
+
 // Longest-first CTA order (order.cuh): forced on a varlen batch with ties, empty and 1-token
 // sequences, it gives the in-order results bit for bit (every (sequence, head) is computed the same
 // way in any order) and the oracle's accuracy; on 300 sequences x 1 head (more CTAs than SMs) it is

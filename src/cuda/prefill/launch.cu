@@ -294,6 +294,9 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
   // retire points were tuned with it).
   constexpr double kIntraTileUs = 0.92, kWarpIntraTileUs = 0.57, kStreamedTileUs = 0.88,
                    kStreamedScan = 1.025;
+  // Split T beside the streamed intra kernel (session 31): SM-us per tile of the keepers, and the
+  // memset and the start of the pass (not fitted yet).
+  constexpr double kStreamedSplitTileUs = 0.62, kStreamSplitUs = 5.0;
   // Tiles of the streamed kernel: every chunk index of the longest sequence for every sequence
   // and head (fixed length, or one sequence: no empty tile).
   const int64_t tiles = longest_chunks(p) * heads;
@@ -337,15 +340,22 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
   // of H8 T65536 came out 408 chunks, and forced lengths measured 1.078 / 1.067 / 1.060 / 1.062 ms
   // at 408 / 400 / 392 / 384 (232-chunk segments after it): segment 0 outlasted the other jobs.
   constexpr double kOutputChunk = 1.05;
-  auto split_us = [&](int vs, int seg, int seg0) {
+  // Split T beside the streamed intra kernel (`stream`, pairs only; see split_streams below): no
+  // intra pass first; segment 0's output jobs start at once (~2.5 % slower beside the intra grid,
+  // as the unsplit streamed scan), the pair jobs once the keepers have made every tile.
+  auto intra_keep_us = [&] { return double(tiles) * kStreamedSplitTileUs / double(sms - heads); };
+  auto split_us = [&](int vs, int seg, int seg0, bool stream) {
     const int64_t nseg = nseg_of(seg, seg0), jobs = heads * vs;
     const double seg_us = seg * kOutputChunk * chunk_us(vs) + kWaveUs;
-    const double out0_us = seg0 * kOutputChunk * chunk_us(vs) + kWaveUs,
-                 span = vt_span(vs, seg, nseg);
+    const double out0_us =
+        seg0 * kOutputChunk * chunk_us(vs) * (stream ? kStreamedScan : 1.0) + kWaveUs;
+    double span = vt_span(vs, seg, nseg);
+    if (stream && span >= 0) span += intra_keep_us();
     double pass1 = waves(jobs * (2 * nseg - 3)) * (seg * 0.85 * chunk_us(vs) + kWaveUs);
     if (first_out) pass1 = span >= 0 ? std::max(out0_us, span) : std::max(pass1, out0_us);
-    return intra_us + pass1 + waves(jobs * (nseg - (first_out ? 1 : 0))) * seg_us +
-           kSegmentUs * nseg + (pairs_at(vs) ? kPairsUs : 0.0);
+    return (stream ? kStreamSplitUs : intra_us) + pass1 +
+           waves(jobs * (nseg - (first_out ? 1 : 0))) * seg_us + kSegmentUs * nseg +
+           (pairs_at(vs) ? kPairsUs : 0.0);
   };
   auto balanced_seg0 = [&](int vs, int seg) {  // segment 0 as long as the other jobs of pass 1
     int seg0 = seg;
@@ -372,6 +382,21 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
     if (forced_retire) retire = tiles * *forced_retire / 100;
     return t1 + scan + kWaveUs;
   };
+  // Split T with the streamed intra kernel (pairs only, where the unsplit streamed plan could run:
+  // a fixed-length batch or one sequence): the intra grid starts first, its CTAs on SMs >=
+  // keep_sms = sms - heads stop at once (retire tile 0), and segment 0's output jobs (kFirst, one
+  // CTA per head) take those SMs and wait on the ready counters; the keepers make every tile on
+  // the other SMs, where the pair jobs then run. So segment 0 runs beside the intra pass instead
+  // of after it, and can be longer. FASTKDA_PREFILL_STREAM=0 turns it off, =1 with a forced
+  // segment length on (where possible).
+  auto split_streams = [&](int vs) {
+    return pairs_at(vs) && forced_stream.value_or(1) == 1 && !(p.cu_seqlens && num_seq != 1) &&
+           heads + kStreamMinFree <= sms && tiles > 0 && tiles <= INT32_MAX;
+  };
+  auto stream_split = [&](Plan& q) {
+    q.intra_tiles = tiles, q.keep_sms = sms - int(heads);
+    q.retire_tile = forced_retire ? tiles * *forced_retire / 100 : 0;
+  };
   double whole = 0;  // the best unsplit estimate
   for (int vs : {1, 2, 4}) {
     if (forced_vs && vs != forced_vs) continue;
@@ -393,6 +418,8 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
     if (plan.seg_chunks > 0) plan.vsplit = forced_vs ? forced_vs : 1;
     plan.first_out = plan.seg_chunks > 0 && first_out;
     plan.pairs = plan.first_out && pairs_at(plan.vsplit);
+    plan.streamed = plan.seg_chunks > 0 && forced_stream == 1 && split_streams(plan.vsplit);
+    if (plan.streamed) stream_split(plan);
     return plan;
   }
   if (!forced_stream || *forced_stream == 1) {
@@ -421,7 +448,7 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
           std::ceil(chunks / seg) < 3)
         return;
       for (const int seg0 : {seg, first_out ? balanced_seg0(vs, seg) : seg})
-        if (const double t = split_us(vs, seg, seg0); t < best)
+        if (const double t = split_us(vs, seg, seg0, false); t < best)
           best = t, plan.seg_chunks = seg, plan.seg0_chunks = seg0, plan.vsplit = vs,
           plan.streamed = false;
     };
@@ -442,9 +469,27 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
       const int seg = int(std::ceil(chunks / (double(m) + std::max(r, 1.0))));
       consider((seg + kQuantum - 1) / kQuantum * kQuantum);
     }
+    // Streamed (split_streams): for m segments after segment 0 (their pair jobs in one wave on
+    // the keepers' SMs), the length L at which segment 0 ends with the pair jobs,
+    //   out_chunk (chunks - m L) = intra_keep + kPairChunk L,
+    // rounded down and up to kQuantum, segment 0 the rest (rounded up).
+    if (!split_streams(vs)) continue;
+    const double out_chunk = kOutputChunk * chunk_us(vs) * kStreamedScan;
+    for (int64_t m = 2; (m - 1) * heads <= sms - heads; ++m) {
+      const double len = (out_chunk * chunks - intra_keep_us()) / (out_chunk * m + kPairChunk);
+      for (const int seg : {int(len) / kQuantum * kQuantum, (int(len) / kQuantum + 1) * kQuantum}) {
+        if (seg < 512 / prefill_cuda::kC) continue;
+        const int seg0 = std::max(
+            seg, int(std::ceil((chunks - double(m) * seg) / kQuantum)) * kQuantum);
+        if (const double t = split_us(vs, seg, seg0, true); t < best)
+          best = t, plan.seg_chunks = seg, plan.seg0_chunks = seg0, plan.vsplit = vs,
+          plan.streamed = true;
+      }
+    }
   }
   plan.first_out = plan.seg_chunks > 0 && first_out;
   plan.pairs = plan.first_out && pairs_at(plan.vsplit);
+  if (plan.streamed && plan.seg_chunks) stream_split(plan);
   return plan;
 }
 

@@ -49,8 +49,9 @@ struct ScanJob {
   bool valid;
 };
 
-// Pass::kFirst: all threads meet here once the prepare passed griddep_wait, then let kPairs
-// launch (a named barrier id the kVs = 128 kernel does not use otherwise).
+// Pass::kFirst: all threads meet here once the prepare passed griddep_wait (at once beside the
+// streamed intra kernel), then let kPairs launch (a named barrier id the kVs = 128 kernel does
+// not use otherwise).
 constexpr int kFirstLaunchBarrier = BarrierIds<128>::kEnd;
 static_assert(kFirstLaunchBarrier < 16, "a free named barrier");
 
@@ -376,7 +377,8 @@ __global__ void __launch_bounds__(block_threads<kVs, kPairLayout<kPass>>(), 1)
     // is complete and visible only after this wait. The scan warps read no workspace; they load
     // their start state meanwhile (written before the intra kernel started). Streamed (a.ready):
     // per chunk instead (wait_ready), while the intra grid still runs. Pass::kPairs is launched
-    // behind kFirst, which lets it start once every kFirst CTA has passed this wait (below).
+    // behind kFirst, which lets it start once every kFirst CTA has passed this wait (below);
+    // beside the streamed intra kernel both wait on the ready counters instead.
     if (!a.ready && kPass != Pass::kPairs) device::griddep_wait();
     if constexpr (kPass == Pass::kFirst) {
       device::bar_sync(kFirstLaunchBarrier, block_threads<kVs>());
