@@ -294,9 +294,12 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
   // retire points were tuned with it).
   constexpr double kIntraTileUs = 0.92, kWarpIntraTileUs = 0.57, kStreamedTileUs = 0.88,
                    kStreamedScan = 1.025;
-  // Split T beside the streamed intra kernel (session 31): SM-us per tile of the keepers, and the
-  // memset and the start of the pass (not fitted yet).
-  constexpr double kStreamedSplitTileUs = 0.62, kStreamSplitUs = 5.0;
+  // Split T beside the streamed intra kernel (session 31): SM-us per tile of the keepers (Nsight
+  // Compute, H32 T16384 with 192 / 268-chunk segments: the warp kernel 191 us on 100 SMs, 233
+  // before it was inlined; the 4-warp kernel as in the unsplit streamed plan), and the memset and
+  // the start of the pass.
+  constexpr double kStreamSplitUs = 5.0;
+  const double split_tile_us = p.gate_mode == GateMode::kBounded ? 0.58 : kStreamedTileUs;
   // Tiles of the streamed kernel: every chunk index of the longest sequence for every sequence
   // and head (fixed length, or one sequence: no empty tile).
   const int64_t tiles = longest_chunks(p) * heads;
@@ -343,7 +346,7 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
   // Split T beside the streamed intra kernel (`stream`, pairs only; see split_streams below): no
   // intra pass first; segment 0's output jobs start at once (~2.5 % slower beside the intra grid,
   // as the unsplit streamed scan), the pair jobs once the keepers have made every tile.
-  auto intra_keep_us = [&] { return double(tiles) * kStreamedSplitTileUs / double(sms - heads); };
+  auto intra_keep_us = [&] { return double(tiles) * split_tile_us / double(sms - heads); };
   auto split_us = [&](int vs, int seg, int seg0, bool stream) {
     const int64_t nseg = nseg_of(seg, seg0), jobs = heads * vs;
     const double seg_us = seg * kOutputChunk * chunk_us(vs) + kWaveUs;
