@@ -979,6 +979,13 @@ TEST(PrefillGpu, SplitTPairs) {
   }
 }
 
+// Workspace of the streamed intra kernel: ready counters per sequence, head and 8 chunks of the
+// longest sequence (varlen: of all tokens), 256-byte rounded, then the 256-byte tile queue.
+size_t stream_bytes(const Problem& p) {
+  const size_t blocks = size_t((p.c.T + 127) / 128);
+  return (size_t(p.num_seq) * p.c.HV * blocks * 4 + 255) / 256 * 256 + 256;
+}
+
 // Split T beside the streamed intra kernel (FASTKDA_PREFILL_STREAM=1 with a forced segment
 // length at vsplit 1: kFirst and kPairs wait on the ready counters instead of on the intra grid)
 // against the intra kernel first (=0): the same records and the same scan, so the same bits, at
@@ -1011,9 +1018,7 @@ TEST(PrefillGpu, SplitTStreamed) {
       const size_t tokens = size_t(p.c.B * p.c.T), n = size_t(p.num_seq);
       const size_t chunk_bytes = ((tokens / 16 + n) * p.c.HV * 2176 + 255) / 256 * 256;
       const size_t seg_bytes = (tokens / std::stoul(seg) + n) * p.c.HV * 131072;
-      const size_t blocks = size_t((p.c.T + 127) / 128);  // of the longest sequence (varlen: all)
-      const size_t ready_bytes = (n * p.c.HV * blocks * 4 + 255) / 256 * 256;
-      EXPECT_EQ(fastkda::forward_workspace_size(f), chunk_bytes + seg_bytes + ready_bytes + 256)
+      EXPECT_EQ(fastkda::forward_workspace_size(f), chunk_bytes + seg_bytes + stream_bytes(p))
           << p.describe();
     }
   }
@@ -1117,11 +1122,7 @@ TEST(PrefillGpu, StreamedIntra) {
     const fastkda::ForwardParams f = size_query_params(p, d, out.get());
     const size_t slots = size_t(p.c.B * p.c.T / 16 + p.num_seq);  // chunk slots (config.h)
     const size_t chunk_bytes = (slots * p.c.HV * 2176 + 255) / 256 * 256;
-    // Ready counters: per sequence, head and 8 chunks of the longest sequence (varlen: of all
-    // tokens).
-    const size_t blocks = size_t((p.c.T + 127) / 128);
-    const size_t ready_bytes = (size_t(p.num_seq) * p.c.HV * blocks * 4 + 255) / 256 * 256;
-    EXPECT_EQ(fastkda::forward_workspace_size(f), chunk_bytes + ready_bytes + 256) << p.describe();
+    EXPECT_EQ(fastkda::forward_workspace_size(f), chunk_bytes + stream_bytes(p)) << p.describe();
   }
 }
 
