@@ -373,11 +373,15 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
     }
     return seg0;
   };
+  // The streamed intra kernel beside `jobs` scan CTAs: a fixed-length batch or one sequence, at
+  // least kStreamMinFree SMs for its keepers, tiles within intra_tile's 32-bit arithmetic.
+  auto can_stream = [&](int64_t jobs) {
+    return !(p.cu_seqlens && num_seq != 1) && jobs <= sms - kStreamMinFree && tiles > 0 &&
+           tiles <= INT32_MAX;
+  };
   auto streamed = [&](int vs, int64_t& retire) {  // < 0: not possible
     const int64_t jobs = heads * vs;
-    if ((p.cu_seqlens && num_seq != 1) || jobs > sms - kStreamMinFree || tiles <= 0 ||
-        tiles > INT32_MAX)  // intra_tile's 32-bit arithmetic
-      return -1.0;
+    if (!can_stream(jobs)) return -1.0;
     const double scan = chunks * chunk_us(vs) * kStreamedScan, all = sms / kStreamedTileUs,
                  keep = (sms - jobs) / kStreamedTileUs;
     const double t1 = std::max(4.0 * heads / all, (double(tiles) - keep * scan) / all);
@@ -392,9 +396,8 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
   // the other SMs, where the pair jobs then run. So segment 0 runs beside the intra pass instead
   // of after it, and can be longer. FASTKDA_PREFILL_STREAM=0 turns it off, =1 with a forced
   // segment length on (where possible).
-  auto split_streams = [&](int vs) {
-    return pairs_at(vs) && forced_stream.value_or(1) == 1 && !(p.cu_seqlens && num_seq != 1) &&
-           heads + kStreamMinFree <= sms && tiles > 0 && tiles <= INT32_MAX;
+  auto split_streams = [&](int vs) {  // kFirst: one CTA per head (pairs: vsplit 1)
+    return pairs_at(vs) && forced_stream.value_or(1) == 1 && can_stream(heads);
   };
   auto stream_split = [&](Plan& q) {
     q.intra_tiles = tiles, q.keep_sms = sms - int(heads);
@@ -444,6 +447,11 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
   // segments of one pass-2 wave: 736 / 1204 chunks measured 3.40 / 3.37 ms against 3.52 / 3.59
   // for the 336 / 1412 it chose).
   constexpr int kMaxSegTokens = 16384;
+  auto take = [&](int vs, int seg, int seg0, bool stream) {  // the plan, if the model prefers it
+    if (const double t = split_us(vs, seg, seg0, stream); t < best)
+      best = t, plan.seg_chunks = seg, plan.seg0_chunks = seg0, plan.vsplit = vs,
+      plan.streamed = stream;
+  };
   for (int vs : {1, 2, 4}) {
     if (forced_vs && vs != forced_vs) continue;
     auto consider = [&](int seg) {
@@ -451,9 +459,7 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
           std::ceil(chunks / seg) < 3)
         return;
       for (const int seg0 : {seg, first_out ? balanced_seg0(vs, seg) : seg})
-        if (const double t = split_us(vs, seg, seg0, false); t < best)
-          best = t, plan.seg_chunks = seg, plan.seg0_chunks = seg0, plan.vsplit = vs,
-          plan.streamed = false;
+        take(vs, seg, seg0, false);
     };
     for (int seg_tokens = 512; seg_tokens <= kMaxSegTokens; seg_tokens += 256)
       consider(seg_tokens / prefill_cuda::kC);
@@ -482,11 +488,8 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
       const double len = (out_chunk * chunks - intra_keep_us()) / (out_chunk * m + kPairChunk);
       for (const int seg : {int(len) / kQuantum * kQuantum, (int(len) / kQuantum + 1) * kQuantum}) {
         if (seg < 512 / prefill_cuda::kC) continue;
-        const int seg0 = std::max(
-            seg, int(std::ceil((chunks - double(m) * seg) / kQuantum)) * kQuantum);
-        if (const double t = split_us(vs, seg, seg0, true); t < best)
-          best = t, plan.seg_chunks = seg, plan.seg0_chunks = seg0, plan.vsplit = vs,
-          plan.streamed = true;
+        const int rest = int(std::ceil((chunks - double(m) * seg) / kQuantum)) * kQuantum;
+        take(vs, seg, std::max(seg, rest), true);
       }
     }
   }
