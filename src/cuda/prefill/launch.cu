@@ -290,16 +290,19 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
   // Session 18: the bounded gate's warp intra kernels (intra_warp.cuh) take ~0.66 SM-us per grid
   // tile (H64 T8192: 163 us), ~0.57 since session 19 (141 us). Refitted for the grid in session
   // 28 (with split T's first_out and segment 0, H32 T65536 split measured 3.59 ms against 3.71
-  // unsplit, which the 0.92 kept from splitting); the streamed plan's tile cost is not (its
-  // retire points were tuned with it).
+  // unsplit, which the 0.92 kept from splitting).
+  // The streamed warp kernel (bounded gate) since session 31, its chunk inlined: 0.58 SM-us per
+  // tile (Nsight Compute, H32 T16384 with 192 / 268-chunk segments: 191 us on 100 SMs, 233 out of
+  // line). Session 32's retire sweep (bench/results/2026-11-30_s32): H96 T8192 0.760 / 0.746 /
+  // 0.742 / 0.739 / 0.741 / 0.747 / 0.751 / 0.756 / 0.765 / 0.776 / 0.787 / 0.797 / 0.805 ms at
+  // 0 / 2 / 4 / 6 / 8 / 10 / 12 / 15 / 20 / 25 / 30 / 35 / 40 % of the tiles, where 0.88 had put
+  // it at 40 % and 0.58 puts it at 8.6 %. The 4-warp kernel (softplus, pre-gated) keeps 0.88.
   constexpr double kIntraTileUs = 0.92, kWarpIntraTileUs = 0.57, kStreamedTileUs = 0.88,
-                   kStreamedScan = 1.025;
-  // Split T beside the streamed intra kernel (session 31): SM-us per tile of the keepers (Nsight
-  // Compute, H32 T16384 with 192 / 268-chunk segments: the warp kernel 191 us on 100 SMs, 233
-  // before it was inlined; the 4-warp kernel as in the unsplit streamed plan), and the memset and
-  // the start of the pass.
+                   kWarpStreamedTileUs = 0.58, kStreamedScan = 1.025;
+  const double stream_tile_us =
+      p.gate_mode == GateMode::kBounded ? kWarpStreamedTileUs : kStreamedTileUs;
+  // Split T beside the streamed intra kernel (session 31): the memset and the start of the pass.
   constexpr double kStreamSplitUs = 5.0;
-  const double split_tile_us = p.gate_mode == GateMode::kBounded ? 0.58 : kStreamedTileUs;
   // Tiles of the streamed kernel: every chunk index of the longest sequence for every sequence
   // and head (fixed length, or one sequence: no empty tile).
   const int64_t tiles = longest_chunks(p) * heads;
@@ -346,7 +349,7 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
   // Split T beside the streamed intra kernel (`stream`, pairs only; see split_streams below): no
   // intra pass first; segment 0's output jobs start at once (~2.5 % slower beside the intra grid,
   // as the unsplit streamed scan), the pair jobs once the keepers have made every tile.
-  auto intra_keep_us = [&] { return double(tiles) * split_tile_us / double(sms - heads); };
+  auto intra_keep_us = [&] { return double(tiles) * stream_tile_us / double(sms - heads); };
   auto split_us = [&](int vs, int seg, int seg0, bool stream) {
     const int64_t nseg = nseg_of(seg, seg0), jobs = heads * vs;
     const double seg_us = seg * kOutputChunk * chunk_us(vs) + kWaveUs;
@@ -382,8 +385,8 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
   auto streamed = [&](int vs, int64_t& retire) {  // < 0: not possible
     const int64_t jobs = heads * vs;
     if (!can_stream(jobs)) return -1.0;
-    const double scan = chunks * chunk_us(vs) * kStreamedScan, all = sms / kStreamedTileUs,
-                 keep = (sms - jobs) / kStreamedTileUs;
+    const double scan = chunks * chunk_us(vs) * kStreamedScan, all = sms / stream_tile_us,
+                 keep = (sms - jobs) / stream_tile_us;
     const double t1 = std::max(4.0 * heads / all, (double(tiles) - keep * scan) / all);
     retire = std::min(tiles, int64_t(std::ceil(t1 * all)));
     if (forced_retire) retire = tiles * *forced_retire / 100;
