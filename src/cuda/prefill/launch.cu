@@ -278,15 +278,19 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
   // before session 13: 0.414 ms alone): on all SMs for t1, then beside the scan on the sms - jobs
   // SMs it leaves free ("keepers"), t1 long enough for the scan never to wait (its start: 4 chunks
   // ahead; its end: all tiles made by then, at the keepers' rate); the scan beside it ~2.5 % slower
-  // (its ready checks, the shared memory system). Measured (session 10): H96 T8192 0.983 ms at the
-  // retire point this gives (estimate 0.987), 1.003 / 1.026 ms at +5 / +10 % of the tiles; H64
-  // T8192 streamed at vsplit 1 0.781 ms against 0.766 for the two kernels at vsplit 2 (estimates
-  // 0.784 / 0.776). Session 13 (cheaper intra kernel; bench/results/2026-11-29_s13_sweep): H96
-  // T8192 0.985 ms at the old retire point (49.6 % of the tiles), 1.004 / 0.960 / 0.967 / 0.987 at
-  // 35 / 40 / 45 / 50 %; 41 % is the retire point of a 0.95 us tile. Session 16 (the streamed
-  // kernel at 6 CTAs per SM, bench/results/2026-11-30_s16_ab1): H96 T8192 0.939 / 0.914 / 0.890 /
-  // 0.895 / 0.900 / 0.913 / 0.927 ms at 34 / 37 / 40 / 42 / 44 / 48 / 52 %; 40 % (39.7) is the
-  // retire point of a 0.88 us tile.
+  // (its ready checks, the shared memory system). The retire tile is the tiles the keepers cannot
+  // make during the scan, 0 where they can (session 32: H32 T4096 0.2557 ms at retire tile 0
+  // against 0.2593 at the 4 chunks per head the scan's start had been given: a non-keeper SM takes
+  // its scan CTA only once its intra warps have finished their tiles, while the keepers make the
+  // first ready blocks). Measured (session 10): H96 T8192 0.983 ms at the retire point this gives
+  // (estimate 0.987), 1.003 / 1.026 ms at +5 / +10 % of the tiles; H64 T8192 streamed at vsplit 1
+  // 0.781 ms against 0.766 for the two kernels at vsplit 2 (estimates 0.784 / 0.776). Session 13
+  // (cheaper intra kernel; bench/results/2026-11-29_s13_sweep): H96 T8192 0.985 ms at the old
+  // retire point (49.6 % of the tiles), 1.004 / 0.960 / 0.967 / 0.987 at 35 / 40 / 45 / 50 %; 41 %
+  // is the retire point of a 0.95 us tile. Session 16 (the streamed kernel at 6 CTAs per SM,
+  // bench/results/2026-11-30_s16_ab1): H96 T8192 0.939 / 0.914 / 0.890 / 0.895 / 0.900 / 0.913 /
+  // 0.927 ms at 34 / 37 / 40 / 42 / 44 / 48 / 52 %; 40 % (39.7) is the retire point of a 0.88 us
+  // tile.
   // Session 18: the bounded gate's warp intra kernels (intra_warp.cuh) take ~0.66 SM-us per grid
   // tile (H64 T8192: 163 us), ~0.57 since session 19 (141 us). Refitted for the grid in session
   // 28 (with split T's first_out and segment 0, H32 T65536 split measured 3.59 ms against 3.71
@@ -387,8 +391,9 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
     if (!can_stream(jobs)) return -1.0;
     const double scan = chunks * chunk_us(vs) * kStreamedScan, all = sms / stream_tile_us,
                  keep = (sms - jobs) / stream_tile_us;
-    const double t1 = std::max(4.0 * heads / all, (double(tiles) - keep * scan) / all);
-    retire = std::min(tiles, int64_t(std::ceil(t1 * all)));
+    const double fill = std::max(0.0, double(tiles) - keep * scan);  // tiles before the scan
+    const double t1 = std::max(4.0 * heads / all, fill / all);
+    retire = std::min(tiles, int64_t(std::ceil(fill)));
     if (forced_retire) retire = tiles * *forced_retire / 100;
     return t1 + scan + kWaveUs;
   };
