@@ -276,10 +276,10 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
   // before: H96 T8192 0.396 ms, Nsight Compute) runs before the scan on all SMs, or streamed (~0.88
   // SM-us per tile since session 16, from the retire sweep below; 0.95 at 5 CTAs per SM; 1.11
   // before session 13: 0.414 ms alone): on all SMs for t1, then beside the scan on the sms - jobs
-  // SMs it leaves free ("keepers"), t1 long enough for the scan never to wait (its start: 4 chunks
-  // ahead; its end: all tiles made by then, at the keepers' rate); the scan beside it ~2.5 % slower
-  // (its ready checks, the shared memory system). The retire tile is the tiles the keepers cannot
-  // make during the scan, 0 where they can (session 32: H32 T4096 0.2557 ms at retire tile 0
+  // SMs it leaves free ("keepers"), t1 in the estimate long enough for the keepers to make the rest
+  // during the scan and at least 4 chunks per head (the scan's start); the scan beside it ~2.5 %
+  // slower (its ready checks, the shared memory system). The retire tile is the tiles the keepers
+  // cannot make during the scan, 0 where they can (session 32: H32 T4096 0.2557 ms at retire tile 0
   // against 0.2593 at the 4 chunks per head the scan's start had been given: a non-keeper SM takes
   // its scan CTA only once its intra warps have finished their tiles, while the keepers make the
   // first ready blocks). Measured (session 10): H96 T8192 0.983 ms at the retire point this gives
