@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# PrefillBench times of chosen shapes under chosen plan knobs (launch.cu), one line per
+# PrefillBench times of chosen shapes under chosen plan knobs (plan.cu), one line per
 # (shape, knob set): "SWEEP <shape> <knobs> <ms>", interleaved ROUNDS times.
 #
 #   scripts/env_sweep.sh [BIN]     on the GPU machine (default BIN build-gpu/fastkda_gpu_tests)

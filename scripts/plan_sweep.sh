@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Re-fit the prefill plan's cost model (launch.cu choose_split): PrefillBench times of chosen
+# Re-fit the prefill plan's cost model (plan.cu choose_split): PrefillBench times of chosen
 # shapes at forced value splits and segment lengths, one line per (shape, vsplit, segment tokens).
 #
 #   scripts/plan_sweep.sh [BIN]     on the GPU machine (default BIN build-gpu/fastkda_gpu_tests)

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "gpu_test_util.h"
+#include "scoped_env.h"
 
 namespace fastkda_prefill_test {
 namespace {
@@ -23,19 +24,7 @@ constexpr double kOutTol = 2.0e-3;
 constexpr double kStateTol = 5.0e-4;
 constexpr double kStateTolBf16 = 3.0e-3;
 
-// Sets an environment override for one scope (the launch plan knobs of launch.cu).
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() { unsetenv(name_); }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-};
+using fastkda_test::ScopedEnv;  // the plan's tuning knobs (plan.h) for one scope
 
 // Boundary states (fla's `h`: row base_n + j = sequence n before its token 64 j): every row within
 // the state bound of the oracle's (per row), none left NaN, and the rows from num_boundary_states

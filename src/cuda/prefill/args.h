@@ -66,7 +66,7 @@ struct PrefillArgs {
   // Varlen intra grid: per chunk slot its first token and rows (slot_map_kernel, order.cuh;
   // rows 0: no chunk), so that an intra CTA reads one entry instead of searching cu_seqlens.
   const int2* slot_map;  // [chunk slots] {tok0, nvalid}; null: the CTA searches
-  // Streamed intra kernel (launch.cu Plan::streamed; null ready: the scan waits for the whole
+  // Streamed intra kernel (plan.h Plan::streamed; null ready: the scan waits for the whole
   // intra grid instead): per (sequence, value head, block of kReadyChunks chunks) the number of
   // its chunk records in the workspace, and the tile queue; tiles N * HV per chunk index,
   // intra_tiles in all.

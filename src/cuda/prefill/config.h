@@ -262,6 +262,9 @@ struct IntraTile {
 // acquire load: ~0.1 us on its path) once per block, not per chunk.
 constexpr int kReadyChunks = 8;
 
+// Longest-first CTA order (order.cuh): its O(N^2) ranking only up to this many sequences.
+constexpr int64_t kOrderMaxSeqs = 4096;
+
 // Shared memory of an intra CTA (the grid kernel and the streamed one).
 struct IntraPlan {
   RawQKG raw;  // TMA destination: 128-byte aligned rows (q at 0, k at 4 KiB, g at 8 KiB)

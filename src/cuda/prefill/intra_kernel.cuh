@@ -178,7 +178,7 @@ __device__ __forceinline__ void keeper_started(StreamQueue& queue) {
   atomicAdd(&queue.keepers, 1ull);
 }
 
-// The streamed intra kernel (launch.cu Plan::streamed): a persistent grid of kIntraCtasPerSm
+// The streamed intra kernel (plan.h Plan::streamed): a persistent grid of kIntraCtasPerSm
 // CTAs per SM, started before the scan, whose CTAs take tiles in time order (intra_tile) from a
 // counter in the workspace and count each chunk in its ready counter after its record (the scan's
 // prepare waits on the counters instead of on this grid: wait_ready). A CTA claims its next tile

@@ -7,7 +7,7 @@
 // rank(n) = #{m : len_m > len_n, or len_m == len_n and m < n} is a permutation of 0 .. N - 1 for
 // any lengths (also unchecked device cu_seqlens); order[rank(n)] = n. Thread = sequence n; the
 // lengths stream through shared memory in tiles of kOrderThreads: O(N^2) comparisons, so only for
-// N <= kOrderMaxSeqs (launch.cu).
+// N <= kOrderMaxSeqs (config.h, plan.cu).
 #pragma once
 
 #include "cuda/prefill/common.cuh"
@@ -15,7 +15,6 @@
 namespace fastkda::prefill_cuda {
 
 constexpr int kOrderThreads = 256;
-constexpr int64_t kOrderMaxSeqs = 4096;
 
 __device__ __forceinline__ int64_t seq_length(const PrefillArgs& a, int64_t n) {
   return load_cu(a, n + 1) - load_cu(a, n);

@@ -1,0 +1,39 @@
+// The prefill's launch plan (host code only): the value split, split T and its segments, the
+// streamed intra kernel and its retire tile, the CTA order. A function of the params, the device's
+// SM count and the FASTKDA_PREFILL_* tuning knobs only, so that the workspace size query and the
+// call agree; plan.cu holds the cost model and the measurements behind it.
+#pragma once
+
+#include <cstdint>
+
+#include "fastkda/fastkda.h"
+
+namespace fastkda::cuda {
+
+// The launch plan: value split and split T (segments of seg_chunks chunks; 0: none).
+struct Plan {
+  int vsplit = 1;
+  int seg_chunks = 0;
+  int seg0_chunks = 0;     // split T: segment 0 (>= seg_chunks; PrefillArgs::seg0_chunks)
+  bool first_out = false;  // split T: segment 0's outputs in pass 1 (PrefillArgs::first_out)
+  bool pairs = false;      // split T's pass 1 as Pass::kPairs (vsplit 1, first_out)
+  bool longest_first = false;  // order_kernel before the scan (varlen, more CTAs than SMs)
+  bool persistent = false;     // unsplit scan on min(jobs, SMs) CTAs, each walking its jobs
+  int sms = 0;
+  // Streamed intra kernel beside a one-wave unsplit scan (choose_split, intra_streamed_kernel):
+  // its tiles, the tile from which CTAs on SMs >= keep_sms stop claiming, keep_sms.
+  bool streamed = false;
+  int64_t intra_tiles = 0, retire_tile = 0;
+  int keep_sms = 0;
+  bool slot_map = false;  // varlen intra grid: slot_map_kernel before it (order.cuh)
+};
+
+// The plan for p (num_seq sequences) on a device of `sms` SMs. A tuning knob set to a bad value
+// raises fastkda::Error naming it. The last plan of each host thread is kept for a repeated key.
+Plan choose_plan(const ForwardParams& p, int64_t num_seq, int sms);
+
+// Chunks of the longest sequence as far as the host knows (a fixed-length batch: T; one varlen
+// sequence: at most all tokens): the streamed kernel's chunk indices and its ready blocks.
+int64_t longest_chunks(const ForwardParams& p);
+
+}  // namespace fastkda::cuda

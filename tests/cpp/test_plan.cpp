@@ -1,0 +1,249 @@
+// The prefill's launch plan (src/cuda/prefill/plan.h) on the host, no GPU needed: the plans of
+// DESIGN §6's benchmark shapes on a 132-SM H200 (each the cost model's choice, confirmed by forced
+// plans on the GPU: BENCHMARKS.md), the invariants the launches rely on over a grid of shapes,
+// gates and SM counts, and the FASTKDA_PREFILL_* tuning knobs (forced values, bad values).
+// Built where the library has the CUDA kernels (FASTKDA_CUDA).
+#ifdef FASTKDA_WITH_CUDA
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common.h"
+#include "cuda/prefill/plan.h"
+#include "fastkda/fastkda.h"
+#include "scoped_env.h"
+
+namespace {
+
+using fastkda::ForwardParams;
+using fastkda::GateMode;
+using fastkda::cuda::choose_plan;
+using fastkda::cuda::Plan;
+using fastkda_test::ScopedEnv;
+
+constexpr int kH200Sms = 132;
+
+// K = V = 128 (the CUDA prefill's head dims). Varlen: num_seq sequences of T tokens in all (the
+// plan knows only their number and the total: cu_seqlens is a device array it never reads).
+ForwardParams shape(int64_t T, int64_t HV, int64_t num_seq = 1, bool varlen = false,
+                    GateMode gate = GateMode::kBounded) {
+  static const int32_t kCuSeqlens[2] = {0, 0};
+  ForwardParams p;
+  p.device = fastkda::Device::kCUDA;
+  p.B = varlen ? 1 : num_seq, p.T = T, p.H = HV, p.HV = HV, p.K = 128, p.V = 128;
+  p.gate_mode = gate;
+  if (varlen) p.cu_seqlens = kCuSeqlens, p.N = num_seq;
+  return p;
+}
+
+Plan plan_of(const ForwardParams& p, int sms = kH200Sms) {
+  return choose_plan(p, fastkda::num_sequences(p), sms);
+}
+
+std::string describe(const Plan& q) {
+  return "vsplit " + std::to_string(q.vsplit) + ", segments " + std::to_string(q.seg_chunks) +
+         " / " + std::to_string(q.seg0_chunks) + " chunks, first_out " +
+         std::to_string(q.first_out) + ", pairs " + std::to_string(q.pairs) + ", streamed " +
+         std::to_string(q.streamed) + " (keep_sms " + std::to_string(q.keep_sms) + ", retire " +
+         std::to_string(q.retire_tile) + " of " + std::to_string(q.intra_tiles) +
+         " tiles), longest_first " + std::to_string(q.longest_first) + ", persistent " +
+         std::to_string(q.persistent) + ", slot_map " + std::to_string(q.slot_map);
+}
+
+// The twelve benchmark rows (tests/gpu/test_prefill_bench.cpp, bounded gate). A change of any of
+// these plans changes a benchmarked time: re-measure the row and update BENCHMARKS.md with it.
+TEST(PrefillPlan, BenchmarkShapesOnH200) {
+  struct Row {
+    const char* name;
+    ForwardParams p;
+    Plan want;
+  };
+  auto unsplit = [](int vsplit) {
+    Plan q;
+    q.vsplit = vsplit;
+    return q;
+  };
+  auto varlen_rows = [](Plan q, bool persistent) {  // more scan CTAs than SMs: longest first
+    q.longest_first = true, q.persistent = persistent, q.slot_map = true;
+    return q;
+  };
+  // The unsplit streamed plan: the keepers make all but `retire` of the tiles beside the scan
+  // (session 32: H96 T8192 at 8.5 % of its tiles, the measured best 6-8 %; H32 T4096 at 0).
+  auto streamed = [](Plan q, int64_t tiles, int keep_sms, int64_t retire) {
+    q.streamed = true, q.intra_tiles = tiles, q.keep_sms = keep_sms, q.retire_tile = retire;
+    return q;
+  };
+  // Split T with pairs (vsplit 1, segment 0's outputs in pass 1); streamed: beside the intra
+  // kernel, whose CTAs off the keepers' SMs stop at once (sessions 30, 31).
+  auto split = [](int seg, int seg0, bool stream, int64_t tiles) {
+    Plan q;
+    q.seg_chunks = seg, q.seg0_chunks = seg0, q.first_out = true, q.pairs = true;
+    if (stream) q.streamed = true, q.intra_tiles = tiles, q.keep_sms = kH200Sms - 32;
+    return q;
+  };
+  const Row rows[] = {
+      {"H96 fixed T8192", shape(8192, 96), streamed(unsplit(1), 512 * 96, 36, 4201)},
+      {"H96 varlen six", shape(8192, 96, 6, true), varlen_rows(unsplit(1), false)},
+      {"H96 varlen 1024x8", shape(8192, 96, 8, true), varlen_rows(unsplit(1), false)},
+      {"H64 fixed T8192", shape(8192, 64), unsplit(2)},
+      {"H64 varlen six", shape(8192, 64, 6, true), varlen_rows(unsplit(1), false)},
+      {"H64 varlen 1024x8", shape(8192, 64, 8, true), varlen_rows(unsplit(1), false)},
+      {"H32 T4096", shape(4096, 32), streamed(unsplit(2), 256 * 32, 68, 0)},
+      {"H32 T16384", shape(16384, 32), split(168, 352, true, 1024 * 32)},
+      {"H32 T65536", shape(65536, 32), split(668, 1424, true, 4096 * 32)},
+      {"H8 T65536", shape(65536, 8), split(236, 332, false, 0)},
+      {"H4 T65536", shape(65536, 4), split(120, 168, false, 0)},
+      {"64 x 128, H32", shape(8192, 32, 64, true), varlen_rows(unsplit(1), true)},
+  };
+  for (const Row& r : rows) {
+    Plan want = r.want;
+    want.sms = kH200Sms;
+    const Plan got = plan_of(r.p);
+    EXPECT_EQ(describe(got), describe(want)) << r.name;
+  }
+}
+
+// What the launches rely on, for every plan of a grid of shapes, gates and SM counts (H100 PCIe
+// 114, H200 / H100 SXM 132, and a partitioned 66).
+TEST(PrefillPlan, InvariantsOverShapesGatesAndSmCounts) {
+  int checked = 0;
+  for (const int sms : {66, 114, 132})
+    for (const GateMode gate : {GateMode::kBounded, GateMode::kSoftplus, GateMode::kPreGated})
+      for (const int64_t hv : {1, 4, 8, 24, 32, 48, 64, 96, 128})
+        for (const int64_t T : {16, 1000, 4096, 16384, 65536, 262144})
+          for (const auto& [num_seq, varlen] : std::vector<std::pair<int64_t, bool>>{
+                   {1, false}, {2, false}, {4, false}, {1, true}, {6, true}, {64, true}}) {
+            if (varlen && T < num_seq) continue;
+            const ForwardParams p = shape(T, hv, num_seq, varlen, gate);
+            const Plan q = plan_of(p, sms);
+            const std::string what = "sms " + std::to_string(sms) + " gate " +
+                                     fastkda::to_string(gate) + " HV " + std::to_string(hv) +
+                                     " T " + std::to_string(T) + " sequences " +
+                                     std::to_string(num_seq) + (varlen ? " varlen" : " fixed") +
+                                     ": " + describe(q);
+            const int64_t heads = num_seq * hv, jobs = heads * q.vsplit;
+            EXPECT_EQ(q.sms, sms) << what;
+            EXPECT_TRUE(q.vsplit == 1 || q.vsplit == 2 || q.vsplit == 4) << what;
+            if (q.seg_chunks == 0) {
+              EXPECT_TRUE(q.seg0_chunks == 0 && !q.first_out && !q.pairs) << what;
+            } else {  // segments of whole boundary intervals (64 tokens), segment 0 the longest
+              EXPECT_EQ(q.seg_chunks % 4, 0) << what;
+              EXPECT_EQ(q.seg0_chunks % 4, 0) << what;
+              EXPECT_GE(q.seg0_chunks, q.seg_chunks) << what;
+              EXPECT_TRUE(!q.persistent && !q.longest_first) << what;
+            }
+            if (q.pairs) EXPECT_TRUE(q.vsplit == 1 && q.first_out) << what;
+            if (q.persistent) EXPECT_GT(jobs, sms) << what;
+            EXPECT_EQ(q.slot_map, varlen && num_seq > 1 && !q.streamed) << what;
+            if (q.streamed) {  // tiles in time order of one length: a fixed batch or one sequence
+              EXPECT_TRUE(!varlen || num_seq == 1) << what;
+              EXPECT_EQ(q.intra_tiles, fastkda::cuda::longest_chunks(p) * heads) << what;
+              EXPECT_TRUE(q.retire_tile >= 0 && q.retire_tile <= q.intra_tiles) << what;
+              EXPECT_TRUE(!q.persistent && !q.longest_first) << what;
+              if (q.seg_chunks) {  // kFirst, one CTA per head, on the SMs the intra CTAs leave
+                EXPECT_TRUE(q.pairs && q.retire_tile == 0) << what;
+                EXPECT_EQ(q.keep_sms, sms - heads) << what;
+              } else {  // the one-wave scan beside at least 8 keepers
+                EXPECT_EQ(q.keep_sms, sms - jobs) << what;
+                EXPECT_GE(q.keep_sms, 8) << what;
+              }
+            } else {
+              EXPECT_TRUE(q.intra_tiles == 0 && q.keep_sms == 0 && q.retire_tile == 0) << what;
+            }
+            ++checked;
+          }
+  EXPECT_GT(checked, 2500);
+}
+
+// Each knob forces what it names where that is possible.
+TEST(PrefillPlan, KnobsForceThePlan) {
+  {
+    ScopedEnv vsplit("FASTKDA_PREFILL_VSPLIT", "4");
+    const Plan q = plan_of(shape(8192, 64));
+    EXPECT_EQ(q.vsplit, 4) << describe(q);
+  }
+  {
+    ScopedEnv seg("FASTKDA_PREFILL_SEG", "1024"), seg0("FASTKDA_PREFILL_SEG0", "2048");
+    const Plan q = plan_of(shape(65536, 8));
+    EXPECT_TRUE(q.seg_chunks == 64 && q.seg0_chunks == 128 && q.vsplit == 1 && q.pairs &&
+                !q.streamed)
+        << describe(q);
+  }
+  {
+    ScopedEnv seg("FASTKDA_PREFILL_SEG", "0");
+    const Plan q = plan_of(shape(65536, 8));
+    EXPECT_EQ(q.seg_chunks, 0) << describe(q);
+  }
+  {
+    ScopedEnv pair("FASTKDA_PREFILL_PAIR", "0");
+    const Plan q = plan_of(shape(65536, 8));
+    EXPECT_TRUE(q.seg_chunks > 0 && q.first_out && !q.pairs) << describe(q);
+  }
+  {
+    ScopedEnv first_out("FASTKDA_PREFILL_FIRST_OUT", "0");
+    const Plan q = plan_of(shape(65536, 8));
+    EXPECT_TRUE(q.seg_chunks > 0 && !q.first_out && !q.pairs) << describe(q);
+  }
+  {
+    ScopedEnv stream("FASTKDA_PREFILL_STREAM", "0");
+    const Plan q = plan_of(shape(8192, 96));
+    EXPECT_FALSE(q.streamed) << describe(q);
+  }
+  {
+    ScopedEnv retire("FASTKDA_PREFILL_RETIRE", "50");
+    const Plan q = plan_of(shape(8192, 96));
+    EXPECT_TRUE(q.streamed && q.retire_tile == 512 * 96 / 2) << describe(q);
+  }
+  {  // the split beside the streamed intra kernel, at a forced segment length
+    ScopedEnv stream("FASTKDA_PREFILL_STREAM", "1"), seg("FASTKDA_PREFILL_SEG", "3072");
+    const Plan q = plan_of(shape(16384, 32));
+    EXPECT_TRUE(q.streamed && q.pairs && q.seg_chunks == 192 && q.keep_sms == kH200Sms - 32)
+        << describe(q);
+  }
+  {
+    ScopedEnv order("FASTKDA_PREFILL_ORDER", "0");
+    const Plan q = plan_of(shape(8192, 96, 6, true));
+    EXPECT_FALSE(q.longest_first) << describe(q);
+  }
+  {
+    ScopedEnv persist("FASTKDA_PREFILL_PERSIST", "0");
+    const Plan q = plan_of(shape(8192, 32, 64, true));
+    EXPECT_FALSE(q.persistent) << describe(q);
+  }
+}
+
+// A bad value is an error naming the variable, the expectation and the value, also where the knob
+// would have no effect (the size query raises it before any launch).
+TEST(PrefillPlan, BadKnobValuesRaiseNamingTheVariable) {
+  const std::pair<const char*, const char*> bad[] = {
+      {"FASTKDA_PREFILL_VSPLIT", "3"},     {"FASTKDA_PREFILL_VSPLIT", "2x"},
+      {"FASTKDA_PREFILL_SEG", "100"},      {"FASTKDA_PREFILL_SEG", "-64"},
+      {"FASTKDA_PREFILL_FIRST_OUT", "2"},  {"FASTKDA_PREFILL_PAIR", "yes"},
+      {"FASTKDA_PREFILL_STREAM", "-1"},    {"FASTKDA_PREFILL_RETIRE", "101"},
+      {"FASTKDA_PREFILL_ORDER", "1.0"},    {"FASTKDA_PREFILL_PERSIST", " 1"},
+  };
+  for (const auto& [name, value] : bad) {
+    ScopedEnv knob(name, value);
+    try {
+      plan_of(shape(4096, 32));
+      ADD_FAILURE() << name << "=" << value << " accepted";
+    } catch (const fastkda::Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(name), std::string::npos) << msg;
+      EXPECT_NE(msg.find(std::string("'") + value + "'"), std::string::npos) << msg;
+    }
+  }
+  // Segment 0's length needs a segment length at most as long.
+  ScopedEnv seg0("FASTKDA_PREFILL_SEG0", "1024");
+  EXPECT_THROW(plan_of(shape(65536, 8)), fastkda::Error);
+  ScopedEnv seg("FASTKDA_PREFILL_SEG", "2048");
+  EXPECT_THROW(plan_of(shape(65536, 8)), fastkda::Error);
+}
+
+}  // namespace
+
+#endif  // FASTKDA_WITH_CUDA
