@@ -6,7 +6,7 @@
 #
 # Env: SHAPES (bench shape names), CONFIGS (space-separated knob sets, each comma-separated
 # NAME=value pairs without the FASTKDA_PREFILL_ prefix, "-" for none; e.g. "- STREAM=0
-# STREAM=1,RETIRE=40"), ROUNDS (default 1).
+# STREAM=1,RETIRE=40"), ROUNDS (default 1); FASTKDA_BENCH_GATE=softplus times the softplus gate.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bin=${1:-build-gpu/fastkda_gpu_tests}
@@ -17,7 +17,7 @@ for r in $(seq 1 "${ROUNDS:-1}"); do
       [ "$cfg" != - ] && for kv in ${cfg//,/ }; do knobs+=("FASTKDA_PREFILL_$kv"); done
       ms=$(env "${knobs[@]}" FASTKDA_BENCH_FILTER="$shape" timeout 120 \
         "$bin" --gtest_also_run_disabled_tests --gtest_filter='PrefillBench.*' 2>&1 |
-        awk -v s="$shape" '$1 == "BENCH" && $2 == s { print $3 }')
+        awk -v s="$shape" '$1 == "BENCH" && ($2 == s || $2 == s "+softplus") { print $3 }')
       echo "SWEEP $shape $cfg ${ms:-failed}"
     done
   done

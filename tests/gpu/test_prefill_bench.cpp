@@ -8,7 +8,9 @@
 // Prints "BENCH <name> <ms> <floor_ms> <GB/s>" lines and "HOST <name> <us> us/call" (host time of
 // one fastkda::forward: validation and both launches, 20 calls queued without waiting);
 // FASTKDA_BENCH_FILTER=<substring> limits the shapes, FASTKDA_BENCH_VSPLITS=1,2,4 adds runs with
-// forced value splits for the few-head shapes (for every shape with FASTKDA_BENCH_VSPLITS_ALL set).
+// forced value splits for the few-head shapes (for every shape with FASTKDA_BENCH_VSPLITS_ALL set),
+// FASTKDA_BENCH_GATE=softplus runs the softplus gate instead (-exp(A_log) softplus(g + dt_bias),
+// Kimi-Linear-48B's; the same inputs), its rows named <shape>+softplus.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -70,6 +72,11 @@ TEST(PrefillBench, DISABLED_Table) {
   const size_t flush_bytes = 256u << 20;
   BENCH_CUDA(cudaMalloc(&flush, flush_bytes));
   const char* filter = std::getenv("FASTKDA_BENCH_FILTER");
+  const char* gate_env = std::getenv("FASTKDA_BENCH_GATE");
+  const std::string gate = gate_env ? gate_env : "";
+  ASSERT_TRUE(gate.empty() || gate == "bounded" || gate == "softplus")
+      << "FASTKDA_BENCH_GATE: expected bounded or softplus, got '" << gate << "'";
+  const bool softplus = gate == "softplus";
   std::vector<std::string> vsplits = {""};
   if (const char* v = std::getenv("FASTKDA_BENCH_VSPLITS")) {
     std::string s(v);
@@ -127,7 +134,8 @@ TEST(PrefillBench, DISABLED_Table) {
     f.H = H, f.HV = H, f.K = K, f.V = V;
     f.q = q, f.k = k, f.v = v, f.g = g, f.beta = beta, f.out = out;
     f.g_dtype = fastkda::DType::kBF16, f.beta_dtype = fastkda::DType::kBF16;
-    f.gate_mode = fastkda::GateMode::kBounded, f.lower_bound = -5.0f;
+    f.gate_mode = softplus ? fastkda::GateMode::kSoftplus : fastkda::GateMode::kBounded;
+    f.lower_bound = -5.0f;
     f.A_log = static_cast<const float*>(A_log), f.dt_bias = static_cast<const float*>(dt_bias);
     f.B = sh.B, f.T = T;
     if (varlen) f.cu_seqlens = cu_d, f.N = N;
@@ -170,7 +178,8 @@ TEST(PrefillBench, DISABLED_Table) {
       }
       std::sort(ms.begin(), ms.end());
       const double med = ms[ms.size() / 2];
-      const std::string name = sh.name + (vs.empty() ? "" : "@vsplit" + vs);
+      const std::string name =
+          sh.name + (softplus ? "+softplus" : "") + (vs.empty() ? "" : "@vsplit" + vs);
       std::printf("BENCH %s %.4f %.4f %.1f\n", name.c_str(), med, floor_ms, bytes / med * 1e-6);
       std::fflush(stdout);
       cudaEventDestroy(e0);
@@ -184,7 +193,7 @@ TEST(PrefillBench, DISABLED_Table) {
       for (int it = 0; it < kCalls; ++it) fastkda::forward(f);
       const auto t1 = std::chrono::steady_clock::now();
       BENCH_CUDA(cudaDeviceSynchronize());
-      std::printf("HOST %s %.1f us/call\n", sh.name.c_str(),
+      std::printf("HOST %s%s %.1f us/call\n", sh.name.c_str(), softplus ? "+softplus" : "",
                   std::chrono::duration<double, std::micro>(t1 - t0).count() / kCalls);
     }
     BENCH_CUDA(cudaGetLastError());
