@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -104,6 +105,42 @@ TEST(PrefillPlan, BenchmarkShapesOnH200) {
     want.sms = kH200Sms;
     const Plan got = plan_of(r.p);
     EXPECT_EQ(describe(got), describe(want)) << r.name;
+  }
+}
+
+// The same rows with the softplus gate (FASTKDA_BENCH_GATE=softplus): the 4-warp intra kernels,
+// whose tiles cost ~2.65 SM-us streamed with these inputs (session 32), so the keepers make less
+// of them and the non-keepers retire later.
+TEST(PrefillPlan, SoftplusBenchmarkShapesOnH200) {
+  struct Row {
+    const char* name;
+    int64_t T, HV;
+    int vsplit;
+    int64_t retire;  // -1: not streamed
+  };
+  const Row fixed_rows[] = {
+      {"H96 fixed T8192", 8192, 96, 1, 39314}, {"H64 fixed T8192", 8192, 64, 1, 14185},
+      {"H32 T4096", 4096, 32, 2, 1931},        {"H32 T16384", 16384, 32, 2, 7721},
+      {"H32 T65536", 65536, 32, 2, 30881},
+  };
+  for (const Row& r : fixed_rows) {
+    const Plan q = plan_of(shape(r.T, r.HV, 1, false, GateMode::kSoftplus));
+    EXPECT_TRUE(q.streamed && q.seg_chunks == 0 && q.vsplit == r.vsplit &&
+                q.intra_tiles == r.T / 16 * r.HV && q.keep_sms == kH200Sms - r.HV * r.vsplit &&
+                q.retire_tile == r.retire)
+        << r.name << ": " << describe(q);
+  }
+  for (const int64_t hv : {8, 4}) {  // split T with pairs, the intra grid first
+    const Plan q = plan_of(shape(65536, hv, 1, false, GateMode::kSoftplus));
+    const Plan b = plan_of(shape(65536, hv));
+    EXPECT_TRUE(q.seg_chunks > 0 && q.pairs && !q.streamed) << "H" << hv << ": " << describe(q);
+    EXPECT_EQ(describe(q), describe(b)) << "H" << hv << " T65536: the bounded gate's plan";
+  }
+  for (const auto& [T, hv, n] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+           {8192, 96, 6}, {8192, 96, 8}, {8192, 64, 6}, {8192, 64, 8}, {8192, 32, 64}}) {
+    const Plan q = plan_of(shape(T, hv, n, true, GateMode::kSoftplus));
+    EXPECT_EQ(describe(q), describe(plan_of(shape(T, hv, n, true))))
+        << "H" << hv << " varlen x" << n << ": the bounded gate's plan";
   }
 }
 

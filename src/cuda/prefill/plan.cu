@@ -135,7 +135,10 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
   // the two kernels; 80 % is the retire point of 2.65. H32 T4096 softplus 0.291 / 0.288 / 0.326 at
   // 0 / 20 / 50 % (2.65: 24 %). Tiles without exact rows (small decays) cost ~0.9: for them this
   // retire point starts the scan ~130 us late at H96 T8192 (estimate), while too early a start
-  // makes the scan wait (+54 % above).
+  // makes the scan wait (+54 % above). The 4-warp grid kernel at ~2.25 (0.92 before, fitted with
+  // bounded gates in session 13): H96 T8192 softplus with the two kernels 1.56 ms, the scan ~0.72
+  // of it. With the grid at 0.92 and the streamed kernel at 2.65 the plan would drop every
+  // streamed softplus plan (H96 T8192 then 1.56 ms against 1.38).
   constexpr double kIntraTileUs = 2.25, kWarpIntraTileUs = 0.57, kStreamedTileUs = 2.65,
                    kWarpStreamedTileUs = 0.58, kStreamedScan = 1.025;
   const double stream_tile_us =
