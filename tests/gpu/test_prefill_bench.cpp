@@ -64,6 +64,11 @@ void fill_bf16(void* dst, size_t n, const std::vector<uint16_t>& pool, size_t sa
 TEST(PrefillBench, DISABLED_Table) {
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) GTEST_SKIP() << "no CUDA device";
+  const char* gate_env = std::getenv("FASTKDA_BENCH_GATE");
+  const std::string gate = gate_env ? gate_env : "";
+  ASSERT_TRUE(gate.empty() || gate == "bounded" || gate == "softplus")
+      << "FASTKDA_BENCH_GATE: expected bounded or softplus, got '" << gate << "'";
+  const bool softplus = gate == "softplus";
   std::mt19937_64 rng(1234);
   std::normal_distribution<float> normal(0.f, 1.f);
   std::vector<uint16_t> pool((1u << 24) + 7);
@@ -72,11 +77,6 @@ TEST(PrefillBench, DISABLED_Table) {
   const size_t flush_bytes = 256u << 20;
   BENCH_CUDA(cudaMalloc(&flush, flush_bytes));
   const char* filter = std::getenv("FASTKDA_BENCH_FILTER");
-  const char* gate_env = std::getenv("FASTKDA_BENCH_GATE");
-  const std::string gate = gate_env ? gate_env : "";
-  ASSERT_TRUE(gate.empty() || gate == "bounded" || gate == "softplus")
-      << "FASTKDA_BENCH_GATE: expected bounded or softplus, got '" << gate << "'";
-  const bool softplus = gate == "softplus";
   std::vector<std::string> vsplits = {""};
   if (const char* v = std::getenv("FASTKDA_BENCH_VSPLITS")) {
     std::string s(v);
