@@ -116,7 +116,7 @@ TEST(PrefillPlan, SoftplusBenchmarkShapesOnH200) {
     const char* name;
     int64_t T, HV;
     int vsplit;
-    int64_t retire;  // -1: not streamed
+    int64_t retire;  // tiles every SM makes before the scan starts
   };
   const Row fixed_rows[] = {
       {"H96 fixed T8192", 8192, 96, 1, 39314}, {"H64 fixed T8192", 8192, 64, 1, 14185},
