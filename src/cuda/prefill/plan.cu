@@ -141,14 +141,16 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
   // streamed softplus plan (H96 T8192 then 1.56 ms against 1.38).
   constexpr double kIntraTileUs = 2.25, kWarpIntraTileUs = 0.57, kStreamedTileUs = 2.65,
                    kWarpStreamedTileUs = 0.58, kStreamedScan = 1.025;
-  const double stream_tile_us =
-      p.gate_mode == GateMode::kBounded ? kWarpStreamedTileUs : kStreamedTileUs;
+  // The intra kernels the gate runs (launch.cu: the warp kernels for the bounded gate, the 4-warp
+  // ones otherwise): SM-us per tile of the grid and of the streamed kernel.
+  const bool warp_intra = p.gate_mode == GateMode::kBounded;
+  const double intra_tile_us = warp_intra ? kWarpIntraTileUs : kIntraTileUs;
+  const double stream_tile_us = warp_intra ? kWarpStreamedTileUs : kStreamedTileUs;
   // Split T beside the streamed intra kernel (session 31): the memset and the start of the pass.
   constexpr double kStreamSplitUs = 5.0;
   // Tiles of the streamed kernel: every chunk index of the longest sequence for every sequence
   // and head (fixed length, or one sequence: no empty tile).
   const int64_t tiles = longest_chunks(p) * heads;
-  const double intra_tile_us = p.gate_mode == GateMode::kBounded ? kWarpIntraTileUs : kIntraTileUs;
   const double intra_us =
       double(p.B * p.T / prefill_cuda::kC + num_seq) * p.HV * intra_tile_us / sms;
   // first_out (FASTKDA_PREFILL_FIRST_OUT=0 turns it off): segment 0's output job runs in pass 1
