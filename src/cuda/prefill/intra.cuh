@@ -151,36 +151,82 @@ __device__ __forceinline__ bool row_needs_exact(const PrepPrivate& sm, int row) 
   return max(sm.span[w][row], sm.span[w + 1][row]) > __float_as_uint(kMaxAnchorSpan);
 }
 
-// Exact diagonal-block entries of A' and A_qk for rows flagged by row_needs_exact: pairs (row, s),
-// s in the row's 8-row block and s <= row, dealt round-robin to the 4 warps; lanes split the key
-// columns; fixed-order warp reduction (bitwise reproducible). G: the cumulative log2 decays of
-// every column (the caller writes them over kt, dead after the products).
-__device__ __forceinline__ void exact_rows(const PrefillArgs& a, PrepPrivate& sm, const RawQKG& r,
+// Exact diagonal-block entries of A' and A_qk for rows flagged by row_needs_exact: row r against
+// every s <= r of its 8-row block. Warp w takes the rows w and 7 - w of each block (flagged rows
+// are a suffix of their block, as its spans grow, so the warps share the pairs about evenly); lane
+// l sums the key columns 2 l, 2 l + 1, 64 + 2 l, 65 + 2 l of each pair, and the row's 16 partial
+// sums (8 pairs of A' and of A_qk) are reduced across the warp together by a fixed butterfly:
+// 16 shuffles per row instead of 10 per pair (bitwise reproducible). The row norms multiply the
+// sums. G: the cumulative log2 decays of every column (the caller writes them over kt, dead after
+// the products).
+__device__ __forceinline__ void exact_rows(PrepPrivate& sm, const RawQKG& r,
                                            const float (&G)[kC][IntraLayout::kLd], int i) {
   const int lane = i & 31, warp = i >> 5;
-  int pair = 0;
-  for (int row = 0; row < kC; ++row) {
-    if (!row_needs_exact(sm, row)) continue;
-    for (int s = row < kHalf ? 0 : kHalf; s <= row; ++s, ++pair) {
-      if (pair % kPrepWarps != warp) continue;
-      float sk = 0.0f, sq = 0.0f;
+  static_assert(kPrepWarps * 2 == kHalf && kK == 128, "exact_rows: 2 rows per block and warp");
+#pragma unroll 1
+  for (int e = 0; e < 4; ++e) {
+    const int jr = e & 1 ? kHalf - 1 - warp : warp;  // the row within its block
+    const int row0 = (e >> 1) * kHalf, row = row0 + jr;
+    if (!row_needs_exact(sm, row)) continue;  // warp-uniform
+    float kr[4], qr[4], gr[4];
 #pragma unroll
-      for (int j = 0; j < kK / 32; ++j) {
-        const int col = lane + 32 * j;
-        const float f =
-            device::ex2_approx(G[row][IntraLayout::col(row, col)] - G[s][IntraLayout::col(s, col)]);
-        const float ks = bf16_bits_to_f32(r.k[s][col]) * sm.rk[s] * f;
-        sk += bf16_bits_to_f32(r.k[row][col]) * sm.rk[row] * ks;
-        sq += bf16_bits_to_f32(r.q[row][col]) * sm.rq[row] * ks;
-      }
+    for (int h = 0; h < 2; ++h) {
+      const int col = 2 * lane + 64 * h;
+      const uint32_t ku = *reinterpret_cast<const uint32_t*>(&r.k[row][col]);
+      const uint32_t qu = *reinterpret_cast<const uint32_t*>(&r.q[row][col]);
+      const float2 g = *reinterpret_cast<const float2*>(&G[row][IntraLayout::col(row, col)]);
+      kr[2 * h] = bf16_lo(ku), kr[2 * h + 1] = bf16_hi(ku);
+      qr[2 * h] = bf16_lo(qu), qr[2 * h + 1] = bf16_hi(qu);
+      gr[2 * h] = g.x, gr[2 * h + 1] = g.y;
+    }
+    // Pairs s <= jr as bits of a mask the compiler cannot see through: on `s <= jr` it split the
+    // unrolled loop at jr and put the partial sums on the stack.
+    const uint32_t pairs = ((2u << jr) - 1u) | uint32_t(device::opaque_zero());
+    // Reduce-scatter over the lanes: the step over lane bit b keeps the half of the values that
+    // bit selects and adds the partner's copy of it (the halves picked by a bit mask: as `upper ?
+    // x : y` of array elements the compiler indexed the array dynamically). The step over bit 4
+    // runs as each pair is made (lanes 0..15 keep A', 16..31 A_qk), so that 8 sums stay live;
+    // after bits 3..1 lane l holds pair (l >> 1) % 8 of A' (l < 16) or A_qk, and the last step
+    // completes it on both lanes of a lane pair.
+    const auto pick = [lane](int bit, float x, float y) {  // x where the lane's bit is 0
+      const uint32_t m = lane & bit ? ~0u : 0u;
+      return __uint_as_float((m & __float_as_uint(y)) | (~m & __float_as_uint(x)));
+    };
+    float v[kHalf];  // partial sums of A' or A_qk, s in the block; 0 past the row
 #pragma unroll
-      for (int o = 16; o > 0; o >>= 1) {
-        sk += __shfl_xor_sync(0xffffffffu, sk, o);
-        sq += __shfl_xor_sync(0xffffffffu, sq, o);
+    for (int s = 0; s < kHalf; ++s) {
+      v[s] = 0.0f;
+      if (pairs & (1u << s)) {
+        const int srow = row0 + s;
+        float sk = 0.0f, sq = 0.0f;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int col = 2 * lane + 64 * h;
+          const uint32_t ku = *reinterpret_cast<const uint32_t*>(&r.k[srow][col]);
+          const float2 g = *reinterpret_cast<const float2*>(&G[srow][IntraLayout::col(srow, col)]);
+          const float t0 = bf16_lo(ku) * device::ex2_approx(gr[2 * h] - g.x);
+          const float t1 = bf16_hi(ku) * device::ex2_approx(gr[2 * h + 1] - g.y);
+          sk = fmaf(kr[2 * h], t0, sk), sk = fmaf(kr[2 * h + 1], t1, sk);
+          sq = fmaf(qr[2 * h], t0, sq), sq = fmaf(qr[2 * h + 1], t1, sq);
+        }
+        v[s] = pick(16, sk, sq) + __shfl_xor_sync(0xffffffffu, pick(16, sq, sk), 16);
       }
-      if (lane == 0) {
-        if (s < row) sm.res.nmat[row][s] = sm.beta[row] * sk;
-        sm.res.aqk[row][s] = tf32_operand(sq);  // rq includes the scale
+    }
+#pragma unroll
+    for (int b = 2; b >= 0; --b) {
+      const int n = 1 << b;  // 4, 2, 1 values kept
+#pragma unroll
+      for (int j = 0; j < n; ++j)
+        v[j] = pick(2 * n, v[j], v[n + j]) +
+               __shfl_xor_sync(0xffffffffu, pick(2 * n, v[n + j], v[j]), 2 * n);
+    }
+    const float sum = v[0] + __shfl_xor_sync(0xffffffffu, v[0], 1);
+    const int idx = lane >> 1, s = idx % kHalf;
+    if ((lane & 1) == 0 && s <= jr) {
+      if (idx < kHalf) {
+        if (s < jr) sm.res.nmat[row][row0 + s] = sm.beta[row] * (sm.rk[row] * sm.rk[row0 + s] * sum);
+      } else {
+        sm.res.aqk[row][row0 + s] = tf32_operand(sm.rq[row] * sm.rk[row0 + s] * sum);
       }
     }
   }

@@ -76,7 +76,7 @@ __device__ __forceinline__ void intra_chunk(const PrefillArgs& a, IntraPlan& sm,
             make_float2(g7.x + L[0][j], g7.y + L[1][j]);
     }
     __syncthreads();
-    exact_rows(a, sm.pp, sm.raw, G, i);
+    exact_rows(sm.pp, sm.raw, G, i);
     if constexpr (kRefill) device::fence_proxy_async_shared();
     __syncthreads();
   }
