@@ -128,18 +128,22 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
   // 0 / 2 / 4 / 6 / 8 / 10 / 12 / 15 / 20 / 25 / 30 / 35 / 40 % of the tiles, where 0.88 had put
   // it at 40 % and 0.58 puts it at 8.6 %.
   // The 4-warp streamed kernel (softplus and pre-gated gates since session 18; the 0.88 above was
-  // fitted with bounded gates) at ~2.65 SM-us per tile since session 32: with the benchmark's
-  // softplus inputs (A = exp(A_log) in [1, 16], Kimi-Linear's initialisation) most 8-row blocks
-  // decay past 2^-100 and take the exact rows. H96 T8192 softplus 2.12 / 1.91 / 1.70 / 1.48 / 1.38
-  // / 1.46 / 1.54 ms at 40 (the 0.88 plan) / 50 / 60 / 70 / 80 / 90 / 100 % of the tiles, 1.56 with
-  // the two kernels; 80 % is the retire point of 2.65. H32 T4096 softplus 0.291 / 0.288 / 0.326 at
-  // 0 / 20 / 50 % (2.65: 24 %). Tiles without exact rows (small decays) cost ~0.9: for them this
-  // retire point starts the scan ~130 us late at H96 T8192 (estimate), while too early a start
-  // makes the scan wait (+54 % above). The 4-warp grid kernel at ~2.25 (0.92 before, fitted with
-  // bounded gates in session 13): H96 T8192 softplus with the two kernels 1.56 ms, the scan ~0.72
-  // of it. With the grid at 0.92 and the streamed kernel at 2.65 the plan would drop every
-  // streamed softplus plan (H96 T8192 then 1.56 ms against 1.38).
-  constexpr double kIntraTileUs = 2.25, kWarpIntraTileUs = 0.57, kStreamedTileUs = 2.65,
+  // fitted with bounded gates): with the benchmark's softplus inputs (A = exp(A_log) in [1, 16],
+  // Kimi-Linear's initialisation) most 8-row blocks decay past 2^-100 and take the exact rows.
+  // Session 32 fitted ~2.65 SM-us per streamed tile and ~2.25 per grid tile (H96 T8192 softplus
+  // 2.12 / 1.91 / 1.70 / 1.48 / 1.38 / 1.46 / 1.54 ms at 40 (the 0.88 plan) / 50 / 60 / 70 / 80 /
+  // 90 / 100 % of the tiles, 1.56 with the two kernels). Session 33's exact rows (a warp per row,
+  // its pairs reduced together) take the grid kernel from 844 to 583 us there (Nsight Compute,
+  // two kernels): ~1.57 SM-us per grid tile. Retire sweep then (bench/results/2026-11-30_s33): H96
+  // T8192 softplus 1.349 / 1.279 / 1.227 / 1.204 / 1.189 / 1.205 / 1.237 / 1.277 ms at 55 / 60 / 64
+  // / 65 / 67 / 70 / 75 / 80 %, 1.299 with the two kernels; H64 T8192 softplus 0.794 / 0.786 / 0.776
+  // / 0.778 / 0.807 / 0.860 / 0.919 at 0 / 3 / 6 / 10 / 18 / 30 / 43 %, 0.858 with the two
+  // kernels; H32 T4096 / T16384 / T65536 softplus 0.270 / 0.963 / 3.787 at 0 %, 0.282 / 1.056 /
+  // 4.186 at 24 %. A streamed tile at 1.6 SM-us puts them at 66.8 / 6.1 / 0 / 0 / 0 %. Tiles
+  // without exact rows (small decays) cost ~0.9: for them this retire point starts the scan late
+  // (H96 T8192: ~85 us at 1.6, ~130 at 2.65; estimates), while too early a start makes the scan
+  // wait (+12 % at 55 % above).
+  constexpr double kIntraTileUs = 1.57, kWarpIntraTileUs = 0.57, kStreamedTileUs = 1.6,
                    kWarpStreamedTileUs = 0.58, kStreamedScan = 1.025;
   // The intra kernels the gate runs (launch.cu: the warp kernels for the bounded gate, the 4-warp
   // ones otherwise): SM-us per tile of the grid and of the streamed kernel.
