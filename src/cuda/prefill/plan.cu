@@ -247,9 +247,13 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
   // CTA per head) take those SMs and wait on the ready counters; the keepers make every tile on
   // the other SMs, where the pair jobs then run. So segment 0 runs beside the intra pass instead
   // of after it, and can be longer. FASTKDA_PREFILL_STREAM=0 turns it off, =1 with a forced
-  // segment length on (where possible).
+  // segment length on (where possible). Only beside the warp intra kernels (bounded gate): with the
+  // 4-warp ones the model chose H8 T65536 softplus streamed (220 / 576 chunks: 1273 us against 1291
+  // unstreamed), which measured 1.274-1.277 ms against 1.228-1.238 for the unstreamed 236 / 332
+  // (session 33); their tile cost varies with the input's decays (the exact rows' share), and an
+  // 8-head row samples few of them.
   auto split_streams = [&](int vs) {  // kFirst: one CTA per head (pairs: vsplit 1)
-    return pairs_at(vs) && forced_stream.value_or(1) == 1 && can_stream(heads);
+    return warp_intra && pairs_at(vs) && forced_stream.value_or(1) == 1 && can_stream(heads);
   };
   auto stream_split = [&](Plan& q) {
     q.intra_tiles = tiles, q.keep_sms = sms - int(heads);
