@@ -184,6 +184,7 @@ TEST(PrefillPlan, InvariantsOverShapesGatesAndSmCounts) {
               EXPECT_TRUE(!q.persistent && !q.longest_first) << what;
               if (q.seg_chunks) {  // kFirst, one CTA per head, on the SMs the intra CTAs leave
                 EXPECT_TRUE(q.pairs && q.retire_tile == 0) << what;
+                EXPECT_EQ(gate, GateMode::kBounded) << what << ": only beside the warp kernels";
                 EXPECT_EQ(q.keep_sms, sms - heads) << what;
               } else {  // the one-wave scan beside at least 8 keepers
                 EXPECT_EQ(q.keep_sms, sms - jobs) << what;
@@ -241,6 +242,9 @@ TEST(PrefillPlan, KnobsForceThePlan) {
     const Plan q = plan_of(shape(16384, 32));
     EXPECT_TRUE(q.streamed && q.pairs && q.seg_chunks == 192 && q.keep_sms == kH200Sms - 32)
         << describe(q);
+    // Not beside the 4-warp streamed kernel (softplus, pre-gated gates): split T after the grid.
+    const Plan s = plan_of(shape(16384, 32, 1, false, GateMode::kSoftplus));
+    EXPECT_TRUE(!s.streamed && s.pairs && s.seg_chunks == 192 && s.keep_sms == 0) << describe(s);
   }
   {
     ScopedEnv order("FASTKDA_PREFILL_ORDER", "0");
