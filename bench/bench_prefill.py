@@ -11,11 +11,12 @@ its event list missed the extension's prefill kernels (0.080 ms per call at H64 
 0.610 ms by events; session 21, bench/results/2026-11-30_s21/samecall_py/).
 
 fla is timed in this process: bf16 q, k, v, g ~ N(0, 1), bounded gate (safe_gate, lower_bound -5)
-with A_log and dt_bias, beta logits, in-kernel l2norm, f32 initial state, final state out;
-FLA_FLASH_KDA=0, inference mode, L2 flushed (256 MiB) before each call, median of 30 after warm-up.
-Two fla numbers: 'fla_ev' (CUDA events around the eager call: includes its host gaps) and 'fla_gpu'
-(sum of its kernels' device time from torch.profiler, per call: pure GPU time). Speed-up is
-against fla_gpu.
+with A_log and dt_bias (--gate softplus: Kimi-Linear-48B's -exp(A_log) softplus(g + dt_bias), no
+safe_gate; fastkda's rows then read as <shape>+softplus, from FASTKDA_BENCH_GATE=softplus), beta
+logits, in-kernel l2norm, f32 initial state, final state out; FLA_FLASH_KDA=0, inference mode, L2
+flushed (256 MiB) before each call, median of 30 after warm-up. Two fla numbers: 'fla_ev' (CUDA
+events around the eager call: includes its host gaps) and 'fla_gpu' (sum of its kernels' device
+time from torch.profiler, per call: pure GPU time). Speed-up is against fla_gpu.
 
   python bench/bench_prefill.py --fastkda fastkda_bench.txt [--filter H32] [--out results.md]
 """
@@ -88,7 +89,14 @@ def median_event_ms(torch, call, flush, reps):
     return statistics.median(ev)
 
 
-def time_fla(torch, x, reps=30):
+def gate_kwargs(gate):
+    """The gate arguments of both APIs: bounded (lower_bound -5) or softplus (unbounded)."""
+    if gate == "softplus":
+        return dict(safe_gate=False, lower_bound=None)
+    return dict(safe_gate=True, lower_bound=-5.0)
+
+
+def time_fla(torch, x, gate, reps=30):
     from fla.ops.kda import chunk_kda
 
     cu_cpu = x["cu"].cpu() if x["cu"] is not None else None
@@ -105,12 +113,11 @@ def time_fla(torch, x, reps=30):
             use_qk_l2norm_in_kernel=True,
             use_gate_in_kernel=True,
             use_beta_sigmoid_in_kernel=True,
-            safe_gate=True,
-            lower_bound=-5.0,
             cu_seqlens=x["cu"],
             cu_seqlens_cpu=cu_cpu,
             A_log=x["A_log"],
             dt_bias=x["dt_bias"],
+            **gate_kwargs(gate),
         )
 
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
@@ -138,7 +145,7 @@ def time_fla(torch, x, reps=30):
     return ev_ms, gpu
 
 
-def time_fastkda_py(torch, x, reps=30):
+def time_fastkda_py(torch, x, gate, reps=30):
     import fastkda
 
     cu = x["cu"].int() if x["cu"] is not None else None
@@ -156,12 +163,11 @@ def time_fastkda_py(torch, x, reps=30):
             use_qk_l2norm_in_kernel=True,
             use_gate_in_kernel=True,
             use_beta_sigmoid_in_kernel=True,
-            safe_gate=True,
-            lower_bound=-5.0,
             cu_seqlens=cu,
             A_log=x["A_log"],
             dt_bias=x["dt_bias"],
             state_v_first=True,
+            **gate_kwargs(gate),
         )
 
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
@@ -185,6 +191,7 @@ def main():
     ap.add_argument("--no-fla", action="store_true")
     ap.add_argument("--py", action="store_true", help="also time fastkda.chunk_kda here")
     ap.add_argument("--out", help="write the markdown table here too")
+    ap.add_argument("--gate", default="bounded", choices=["bounded", "softplus"])
     a = ap.parse_args()
     import torch
 
@@ -205,14 +212,15 @@ def main():
             if not a.no_fla or a.py:
                 x = make_inputs(torch, H, Tt, seqlens)
                 if not a.no_fla:
-                    fla_ev, fla_gpu = time_fla(torch, x)
+                    fla_ev, fla_gpu = time_fla(torch, x, a.gate)
                 if a.py:
-                    py = time_fastkda_py(torch, x)
+                    py = time_fastkda_py(torch, x, a.gate)
                 del x
                 torch.cuda.empty_cache()
             # fastkda: the C++ benchmark's GPU time (both kernels between events) when given,
             # else the Python call on fla's very inputs (events around the eager call).
-            ms = fk.get(name, (py,))[0]
+            row = name + ("+softplus" if a.gate == "softplus" else "")
+            ms = fk.get(row, (py,))[0]
             f = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
             gbs = "-" if ms is None else f"{fl / ms * HBM / 1e12 * 1e3:.0f}"
             pct = "-" if ms is None else f"{100 * fl / ms:.0f}%"
@@ -220,7 +228,7 @@ def main():
             sp = "-" if (ms is None or ref is None) else f"{ref / ms:.2f}x"
             sp_py = "-" if (py is None or fla_gpu is None) else f"{fla_gpu / py:.2f}x"
             rows.append(
-                f"| {name} | {fl:.3f} | {f(ms)} | {gbs} | {pct} | {f(py)} | {f(fla_gpu)} | "
+                f"| {row} | {fl:.3f} | {f(ms)} | {gbs} | {pct} | {f(py)} | {f(fla_gpu)} | "
                 f"{f(fla_ev)} | {sp} | {sp_py} |"
             )
             print(rows[-1], flush=True)

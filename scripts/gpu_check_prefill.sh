@@ -8,7 +8,8 @@
 #        fastkda.chunk_kda in fla's process, package built there), FLA_CACHE_OUT=1 (return fla's
 #        Triton cache in parts; copy them into .triton-cache here and carry it in later calls
 #        to skip fla's autotuning), SANITIZE_CFGS (sanitize step: subset of "vs1 vs2 vs4
-#        seg64 stream persist")
+#        seg64 stream persist"), FASTKDA_BENCH_GATE=softplus (bench and fla steps: the softplus
+#        gate in both)
 #   scripts/gpu_check_prefill.sh unpack-triton DIR   here: .triton-cache unpacked from a call's
 #        parts (too large to carry once unpacked at ~190 MB; for inspection)
 # Full logs go to $OUT (or ./gpu_out); a short summary is printed last.
@@ -120,6 +121,7 @@ for s in $steps; do
       fi
       FLA_FLASH_KDA=0 PYTHONUNBUFFERED=1 timeout ${FLA_TIMEOUT:-420} python3 bench/bench_prefill.py \
         --fastkda "$OUT/fastkda_bench.txt" --filter "${FLA_FILTER:-}" --out "$OUT/table.md" \
+        --gate "${FASTKDA_BENCH_GATE:-bounded}" \
         ${py[@]+"${py[@]}"} > "$OUT/fla_bench.log" 2>&1
       summary+="fla rc=$?"$'\n'"$(grep '^|' "$OUT/fla_bench.log" | sort -u)"$'\n'
       if [ -n "${FLA_CACHE_OUT:-}" ] && [ -d "$TRITON_CACHE_DIR" ]; then
