@@ -17,15 +17,16 @@ cd "$(dirname "$0")/.."
 AB=build-gpu/ab
 
 build_one() {  # build_one REV NAME
-  local rev=$1 name=$2 wt=/tmp/fastkda-wt-$2 cutlass=()
+  local rev=$1 name=$2 wt=/tmp/fastkda-wt-$2 cutlass=() sha
+  sha=$(git rev-parse --short "$rev") || return 1  # now: HEAD may move while this builds
   [ -d .deps/cutlass_include ] && cutlass=(-DFASTKDA_CUTLASS_INCLUDE="$PWD/.deps/cutlass_include")
   git worktree remove --force "$wt" >/dev/null 2>&1
-  git worktree add --force --detach "$wt" "$rev" >/dev/null || return 1
+  git worktree add --force --detach "$wt" "$sha" >/dev/null || return 1
   cmake -S "$wt" -B "$wt/build" -G Ninja -DFASTKDA_TESTS=ON "${cutlass[@]}" >/dev/null &&
     ninja -C "$wt/build" fastkda_gpu_tests >/dev/null || return 1
   cp "$wt/build/fastkda_gpu_tests" "$AB/${name}_tests"
   strip "$AB/${name}_tests"  # host symbols only (~0.6 MB each): 8 binaries fit the 64 MiB carry
-  echo "built $AB/${name}_tests from $rev ($(git rev-parse --short "$rev"))"
+  echo "built $AB/${name}_tests from $rev ($sha)"
 }
 
 build() {
