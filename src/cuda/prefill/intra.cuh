@@ -4,15 +4,18 @@
 //   G, norms, beta (common.cuh)  ->  anchored_operands: tf32 operands of A' and A_qk
 //                                ->  intra_products:    N = strictly_lower(diag(beta) A'), A_qk
 //                                                       (tf32 MMA, anchored, see below)
-//                                ->  exact_rows:        rows whose anchored form would overflow
+//                                ->  exact_rows:        pairs whose anchored form would overflow
 //                                ->  invert_unit_lower: Tb = (I + N)^-1 diag(beta), f32
 //
 // Anchoring (never materialise 2^+G): rows 0..7 of a chunk are anchored at the chunk start,
 // rows 8..15 at row 7. Pairwise factors 2^(G_r - G_s) (s <= r) are split as
 // 2^(G_r - anchor) * 2^(anchor - G_s); the anchor is a row <= r, so row r never depends on a later
 // row (causal bit for bit). The off-diagonal block (r >= 8, s < 8) has both factors <= 1. In the
-// diagonal blocks the column factor is >= 1; it is clamped at 2^kMaxAnchorSpan, and rows whose own
-// span exceeds that (strong gates, e.g. softplus at -1000) are recomputed exactly pair by pair.
+// diagonal blocks the column factor is >= 1; it is clamped at 2^kMaxAnchorSpan, and the pairs (r, s)
+// whose column token s spans more than that (strong gates, e.g. softplus at -1000) are recomputed
+// exactly. The others are right as the products leave them: their column factor is exact, and a
+// row factor that flushes to zero (2^(G_r - anchor) < 2^-126) drops less than 2^-126 x
+// 2^kMaxAnchorSpan = 2^-26 of |k_r,i k_s,i| per key column.
 #pragma once
 
 #include "cuda/prefill/common.cuh"
@@ -144,30 +147,32 @@ __device__ __forceinline__ void intra_products(PrepPrivate& sm,
     intra_products_tile<0>(sm, kd, i);
 }
 
-// True when row `row` of the chunk needs the exact pairwise form (span > kMaxAnchorSpan).
-// The two warps of row's block (IntraCols) hold its spans.
+// True when row `row` of the chunk spans more than kMaxAnchorSpan from its anchor in some column:
+// its column operand kd was clamped there. The two warps of row's block (IntraCols) hold its spans.
 __device__ __forceinline__ bool row_needs_exact(const PrepPrivate& sm, int row) {
   const int w = 2 * (row / kHalf);
   return max(sm.span[w][row], sm.span[w + 1][row]) > __float_as_uint(kMaxAnchorSpan);
 }
 
-// Exact diagonal-block entries of A' and A_qk for rows flagged by row_needs_exact: row r against
-// every s <= r of its 8-row block. Warp w takes the rows w and 7 - w of each block (flagged rows
-// are a suffix of their block, as its spans grow, so the warps share the pairs about evenly); lane
-// l sums the key columns 2 l, 2 l + 1, 64 + 2 l, 65 + 2 l of each pair, and the row's 16 partial
-// sums (8 pairs of A' and of A_qk) are reduced across the warp together by a fixed butterfly:
-// 16 shuffles per row instead of 10 per pair (bitwise reproducible). The row norms multiply the
-// sums. G: the cumulative log2 decays of every column (the caller writes them over kt, dead after
-// the products).
+// Exact diagonal-block entries of A' and A_qk for the pairs (r, s), s <= r in one 8-row block,
+// whose column token s is flagged by row_needs_exact (then so is r: the spans grow along a block);
+// the products' entries of the other pairs stay. Warp w takes the rows w and 7 - w of each block
+// (flagged rows are a suffix of their block, so the warps share the pairs about evenly); lane l
+// sums the key columns 2 l, 2 l + 1, 64 + 2 l, 65 + 2 l of each pair, and the row's partial sums
+// (up to 8 pairs of A' and of A_qk) are reduced across the warp together by a fixed butterfly:
+// at most 16 shuffles per row instead of 10 per pair (bitwise reproducible). The row norms
+// multiply the sums. G: the cumulative log2 decays of every column (the caller writes them over
+// kt, dead after the products).
 __device__ __forceinline__ void exact_rows(PrepPrivate& sm, const RawQKG& r,
                                            const float (&G)[kC][IntraLayout::kLd], int i) {
   const int lane = i & 31, warp = i >> 5;
   static_assert(kPrepWarps * 2 == kHalf && kK == 128, "exact_rows: 2 rows per block and warp");
+  const uint32_t flagged = __ballot_sync(0xffffffffu, lane < kC && row_needs_exact(sm, lane));
 #pragma unroll 1
   for (int e = 0; e < 4; ++e) {
     const int jr = e & 1 ? kHalf - 1 - warp : warp;  // the row within its block
     const int row0 = (e >> 1) * kHalf, row = row0 + jr;
-    if (!row_needs_exact(sm, row)) continue;  // warp-uniform
+    if (!((flagged >> row) & 1u)) continue;  // warp-uniform
     float kr[4], qr[4], gr[4];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -179,9 +184,9 @@ __device__ __forceinline__ void exact_rows(PrepPrivate& sm, const RawQKG& r,
       qr[2 * h] = bf16_lo(qu), qr[2 * h + 1] = bf16_hi(qu);
       gr[2 * h] = g.x, gr[2 * h + 1] = g.y;
     }
-    // Pairs s <= jr as bits of a mask the compiler cannot see through: on `s <= jr` it split the
-    // unrolled loop at jr and put the partial sums on the stack.
-    const uint32_t pairs = ((2u << jr) - 1u) | uint32_t(device::opaque_zero());
+    // The pairs: flagged tokens s <= jr of the block, as bits of a mask (on `s <= jr` the compiler
+    // split the unrolled loop at jr and put the partial sums on the stack).
+    const uint32_t pairs = (flagged >> row0) & ((2u << jr) - 1u);
     // Reduce-scatter over the lanes: the step over lane bit b keeps the half of the values that
     // bit selects and adds the partner's copy of it (the halves picked by a bit mask: as `upper ?
     // x : y` of array elements the compiler indexed the array dynamically). The step over bit 4
@@ -222,7 +227,7 @@ __device__ __forceinline__ void exact_rows(PrepPrivate& sm, const RawQKG& r,
     }
     const float sum = v[0] + __shfl_xor_sync(0xffffffffu, v[0], 1);
     const int idx = lane >> 1, s = idx % kHalf;
-    if ((lane & 1) == 0 && s <= jr) {
+    if ((lane & 1) == 0 && ((pairs >> s) & 1u)) {
       if (idx < kHalf) {
         if (s < jr) sm.res.nmat[row][row0 + s] = sm.beta[row] * (sm.rk[row] * sm.rk[row0 + s] * sum);
       } else {
