@@ -139,11 +139,15 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
   // / 65 / 67 / 70 / 75 / 80 %, 1.299 with the two kernels; H64 T8192 softplus 0.794 / 0.786 / 0.776
   // / 0.778 / 0.807 / 0.860 / 0.919 at 0 / 3 / 6 / 10 / 18 / 30 / 43 %, 0.858 with the two
   // kernels; H32 T4096 / T16384 / T65536 softplus 0.270 / 0.963 / 3.787 at 0 %, 0.282 / 1.056 /
-  // 4.186 at 24 %. A streamed tile at 1.6 SM-us puts them at 66.8 / 6.1 / 0 / 0 / 0 %. Tiles
+  // 4.186 at 24 %. A streamed tile at 1.6 SM-us puts them at 66.8 / 6.1 / 0 / 0 / 0 %. The exact
+  // pairs since cut to those whose column operand was clamped: the grid kernel 531.6 us there
+  // (~1.43 SM-us per tile; no plan of the 1188-shape grid changes from 1.57); H96 T8192 softplus
+  // 1.356 / 1.292 / 1.228 / 1.165 / 1.145 ms at 45 / 50 / 55 / 60 / 67 %, 1.234 with the two
+  // kernels, H64 T8192 softplus 0.748 / 0.742 / 0.755 at 0 / 3 / 6 %: the streamed 1.6 kept. Tiles
   // without exact rows (small decays) cost ~0.9: for them this retire point starts the scan late
   // (H96 T8192: ~85 us at 1.6, ~130 at 2.65; estimates), while too early a start makes the scan
   // wait (+12 % at 55 % above).
-  constexpr double kIntraTileUs = 1.57, kWarpIntraTileUs = 0.57, kStreamedTileUs = 1.6,
+  constexpr double kIntraTileUs = 1.43, kWarpIntraTileUs = 0.57, kStreamedTileUs = 1.6,
                    kWarpStreamedTileUs = 0.58, kStreamedScan = 1.025;
   // The intra kernels the gate runs (launch.cu: the warp kernels for the bounded gate, the 4-warp
   // ones otherwise): SM-us per tile of the grid and of the streamed kernel.
