@@ -1,6 +1,6 @@
 // intra_kernel: the chunk-parallel, heavy part of the chunked KDA forward (DESIGN §2), off the
 // serial path of the scan: for every chunk of kC tokens and value head, the anchored A' and A_qk
-// (tf32 MMA, exact rows where the anchored form would overflow) and Tb = (I + N)^-1 diag(beta).
+// (tf32 MMA, exact pairs where the anchored form would overflow) and Tb = (I + N)^-1 diag(beta).
 //
 // Grid: (chunk slot, value head); slot s belongs to the sequence n with slot_base(n) <= s <
 // slot_base(n + 1) (binary search over cu_seqlens; slots past a sequence's last chunk exit).
