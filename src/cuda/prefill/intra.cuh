@@ -11,10 +11,10 @@
 // rows 8..15 at row 7. Pairwise factors 2^(G_r - G_s) (s <= r) are split as
 // 2^(G_r - anchor) * 2^(anchor - G_s); the anchor is a row <= r, so row r never depends on a later
 // row (causal bit for bit). The off-diagonal block (r >= 8, s < 8) has both factors <= 1. In the
-// diagonal blocks the column factor is >= 1; it is clamped at 2^kMaxAnchorSpan, and the pairs (r, s)
-// whose column token s spans more than that (strong gates, e.g. softplus at -1000) are recomputed
-// exactly. The others are right as the products leave them: their column factor is exact, and a
-// row factor that flushes to zero (2^(G_r - anchor) < 2^-126) drops less than 2^-126 x
+// diagonal blocks the column factor is >= 1; it is clamped at 2^kMaxAnchorSpan, and the pairs (r,
+// s) whose column token s spans more than that (strong gates, e.g. softplus at -1000) are
+// recomputed exactly. The others are right as the products leave them: their column factor is
+// exact, and a row factor that flushes to zero (2^(G_r - anchor) < 2^-126) drops less than 2^-126 x
 // 2^kMaxAnchorSpan = 2^-26 of |k_r,i k_s,i| per key column.
 #pragma once
 
@@ -197,7 +197,7 @@ __device__ __forceinline__ void exact_rows(PrepPrivate& sm, const RawQKG& r,
       const uint32_t m = lane & bit ? ~0u : 0u;
       return __uint_as_float((m & __float_as_uint(y)) | (~m & __float_as_uint(x)));
     };
-    float v[kHalf];  // partial sums of A' or A_qk, s in the block; 0 past the row
+    float v[kHalf];  // partial sums of A' or A_qk, s in the block; 0 for the pairs left as they are
 #pragma unroll
     for (int s = 0; s < kHalf; ++s) {
       v[s] = 0.0f;
@@ -229,7 +229,8 @@ __device__ __forceinline__ void exact_rows(PrepPrivate& sm, const RawQKG& r,
     const int idx = lane >> 1, s = idx % kHalf;
     if ((lane & 1) == 0 && ((pairs >> s) & 1u)) {
       if (idx < kHalf) {
-        if (s < jr) sm.res.nmat[row][row0 + s] = sm.beta[row] * (sm.rk[row] * sm.rk[row0 + s] * sum);
+        if (s < jr)
+          sm.res.nmat[row][row0 + s] = sm.beta[row] * (sm.rk[row] * sm.rk[row0 + s] * sum);
       } else {
         sm.res.aqk[row][row0 + s] = tf32_operand(sm.rq[row] * sm.rk[row0 + s] * sum);
       }

@@ -136,8 +136,8 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
   // its pairs reduced together) take the grid kernel from 844 to 583 us there (Nsight Compute,
   // two kernels): ~1.57 SM-us per grid tile. Retire sweep then (bench/results/2026-11-30_s33): H96
   // T8192 softplus 1.349 / 1.279 / 1.227 / 1.204 / 1.189 / 1.205 / 1.237 / 1.277 ms at 55 / 60 / 64
-  // / 65 / 67 / 70 / 75 / 80 %, 1.299 with the two kernels; H64 T8192 softplus 0.794 / 0.786 / 0.776
-  // / 0.778 / 0.807 / 0.860 / 0.919 at 0 / 3 / 6 / 10 / 18 / 30 / 43 %, 0.858 with the two
+  // / 65 / 67 / 70 / 75 / 80 %, 1.299 with the two kernels; H64 T8192 softplus 0.794 / 0.786 /
+  // 0.776 / 0.778 / 0.807 / 0.860 / 0.919 at 0 / 3 / 6 / 10 / 18 / 30 / 43 %, 0.858 with the two
   // kernels; H32 T4096 / T16384 / T65536 softplus 0.270 / 0.963 / 3.787 at 0 %, 0.282 / 1.056 /
   // 4.186 at 24 %. A streamed tile at 1.6 SM-us puts them at 66.8 / 6.1 / 0 / 0 / 0 %. The exact
   // pairs since cut to those whose column operand was clamped: the grid kernel 531.6 us there
