@@ -171,6 +171,19 @@ __device__ __forceinline__ float bounded_log2_decay(float x, float c, float bc) 
   return device::rcp_approx(1.0f + device::ex2_approx(fmaf(x, c, bc)));
 }
 
+// The unbounded gates' log2 decay of one element (gate_rows below; the warp intra kernel calls
+// them per element): softplus with bl = bias log2(e), and the pre-gated gate, floored at
+// -kMinLogDecay2 (see gate_rows).
+__device__ __forceinline__ float softplus_log2_decay(float x, float bl, float A) {
+  const float z = fmaf(x, kLog2e, bl);
+  const float softplus2 =
+      z > 20.0f * kLog2e ? z : device::lg2_approx(1.0f + device::ex2_approx(z));
+  return device::fmax_nan(-A * softplus2, -kMinLogDecay2);
+}
+__device__ __forceinline__ float pregated_log2_decay(float x) {
+  return device::fmax_nan(x * kLog2e, -kMinLogDecay2);
+}
+
 // Log2-decays of one key column for the kC rows of a chunk (rows >= nvalid: 0). The mode switch
 // sits outside the row loop so the rows are independent straight-line code (ILP).
 //
@@ -187,8 +200,6 @@ __device__ __forceinline__ float bounded_log2_decay(float x, float c, float bc) 
 template <bool kBounded = false, int kN = kC>
 __device__ __forceinline__ float gate_rows(const PrefillArgs& a, const float (&x)[kN], float bias,
                                            float A, int nvalid, float (&al2)[kN]) {
-  using device::ex2_approx;
-  using device::fmax_nan;
   float factor = 1.0f;
   // (x + bias) c as one FMA per row, x c + (bias c), with bias c formed once per column.
   switch (kBounded ? Gate::kBounded : a.gate) {
@@ -199,17 +210,15 @@ __device__ __forceinline__ float gate_rows(const PrefillArgs& a, const float (&x
       factor = a.lower_bound_log2;
       break;
     }
-    case Gate::kSoftplus:
+    case Gate::kSoftplus: {
+      const float bl = bias * kLog2e;
 #pragma unroll
-      for (int row = 0; row < kN; ++row) {
-        const float z = fmaf(x[row], kLog2e, bias * kLog2e);
-        const float softplus2 = z > 20.0f * kLog2e ? z : device::lg2_approx(1.0f + ex2_approx(z));
-        al2[row] = fmax_nan(-A * softplus2, -kMinLogDecay2);
-      }
+      for (int row = 0; row < kN; ++row) al2[row] = softplus_log2_decay(x[row], bl, A);
       break;
+    }
     default:
 #pragma unroll
-      for (int row = 0; row < kN; ++row) al2[row] = fmax_nan(x[row] * kLog2e, -kMinLogDecay2);
+      for (int row = 0; row < kN; ++row) al2[row] = pregated_log2_decay(x[row]);
   }
   if (nvalid < kN) {  // the last chunk of a sequence only (uniform: one compare per chunk)
 #pragma unroll

@@ -54,8 +54,118 @@ __device__ __forceinline__ float bf16_of(const uint4& u, int j) {  // element j 
   return j % 2 ? bf16_hi(w) : bf16_lo(w);
 }
 
-// One chunk (tok0 .. tok0 + nvalid - 1 of value head hv, a.gate == Gate::kBounded) by this warp:
-// the record (Tb, A_qk, rq, rk) to ws.
+// The products of the unbounded gates (softplus, pre-gated): a token's decay may reach 2^-128, so
+// an 8-row block's column factor 2^(anchor - G) can overflow and the two-anchor split of the
+// bounded gate does not hold. Instead every pair (r, s), s < r, splits at an anchor a between
+// them, s <= a < r: 2^(G_r - G_s) = 2^(G_r - G_a) 2^(G_a - G_s), both factors <= 1, so no
+// operand overflows, clamps or needs an exact recomputation, and row r reads no later token.
+// The anchors are those of a binary split of the chunk: level 1 splits rows 0..15 at row 7
+// (the bounded gate's off-diagonal block), level 2 each 8-row block at its row 3, level 3 each
+// 4-row block at its row 1, level 4 each row pair at its first row, so each pair has one level
+// whose block holds both tokens, r in its lower half, s in its upper half. Lane (g, t) forms
+// the operands of its own tokens g and g + 8 (as the bounded products): at each level a token
+// is either lower (row factor 2^(G - G_a)) or upper (column factor 2^(G_a - G)), so one factor
+// f per token and level, and kn f is both its A row of A' and its B column: the tile's entries
+// that do not pair a lower row with an upper column of one block are discarded. Per k step: one
+// MMA for level 1 (A rows: k^ and q^ of tokens 8..15, B columns tokens 0..7) and two per level
+// 2..4 (tokens 0..7, then 8..15; A rows 0..7 k^, 8..15 q^ of the same tokens): 7 MMAs against
+// the bounded gate's 6. A_qk's diagonal is q^ . k^ (sqk, exact bf16 products). L: G - anchor
+// as the gate scan stored it (rows 0..7 from the chunk start, rows 8..15 from row 7), so every
+// difference below is within one 8-row block.
+__device__ __forceinline__ void intra_warp_hier(IntraWarpSmem& sm, const uint4 (&qv)[2][4],
+                                                const uint4 (&kv)[2][4], const float (&kb)[2],
+                                                const float (&qb)[2], const float (&rq)[2],
+                                                const float (&rk)[2], const float (&sqk)[2]) {
+  using device::ex2_approx;
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  // The lane's role per level (the same for its two tokens at levels 2..4): +1 lower, -1 upper,
+  // and the anchors (rows of block 0; block 1 adds 8).
+  const float s2 = g & 4 ? 1.0f : -1.0f, s3 = g & 2 ? 1.0f : -1.0f;
+  const bool lower4 = g & 1;
+  const int a3 = (g & 4) | 1, a4 = g & 6;
+  float d1[4] = {}, d2[2][4] = {}, d3[2][4] = {}, d4[2][4] = {};  // [token block][fragment]
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {  // columns 32 i + 8 t + 4 hh .. + 3: k steps 4 i + 2 hh, + 1
+      const int chunk = 8 * i + 2 * t + hh;
+      auto row = [&](int r, float(&o)[4]) {
+        const float4 v = *reinterpret_cast<const float4*>(intra_warp_l(sm, r, chunk));
+        o[0] = v.x, o[1] = v.y, o[2] = v.z, o[3] = v.w;
+      };
+      float own[2][4], l7[4], l2[2][4], l3[2][4], l4[2][4];  // L of the rows the factors need
+      row(kHalf - 1, l7);
+#pragma unroll
+      for (int rr = 0; rr < 2; ++rr) {
+        row(g + kHalf * rr, own[rr]);
+        row(3 + kHalf * rr, l2[rr]);
+        row(a3 + kHalf * rr, l3[rr]);
+        row(a4 + kHalf * rr, l4[rr]);
+      }
+#pragma unroll
+      for (int m = 0; m < 2; ++m) {
+        uint32_t a1[4], b1[2], x[3][2][4];  // level 1; levels 2..4 per token block (A; B = k^)
+#pragma unroll
+        for (int p = 0; p < 2; ++p) {  // k slot t + 4 p: column 32 i + 8 t + 4 hh + 2 m + p
+          const int jj = 2 * m + p, j = 4 * hh + jj;
+          float kn[2], qn[2];
+#pragma unroll
+          for (int rr = 0; rr < 2; ++rr) {
+            kn[rr] = bf16_of(kv[rr][i], j) * kb[rr];
+            qn[rr] = bf16_of(qv[rr][i], j) * qb[rr];
+          }
+          const float f0 = ex2_approx(l7[jj] - own[0][jj]);  // 2^(G_7 - G_g): column, level 1
+          const float f1 = ex2_approx(own[1][jj]);            // 2^(G_(g+8) - G_7): row
+          a1[2 * p] = __float_as_uint(kn[1] * f1);
+          a1[2 * p + 1] = __float_as_uint(qn[1] * f1);
+          b1[p] = __float_as_uint(kn[0] * f0);
+#pragma unroll
+          for (int rr = 0; rr < 2; ++rr) {
+            const float d = own[rr][jj];
+            const float f[3] = {ex2_approx(s2 * (d - l2[rr][jj])), ex2_approx(s3 * (d - l3[rr][jj])),
+                                lower4 ? ex2_approx(d - l4[rr][jj]) : 1.0f};
+#pragma unroll
+            for (int lv = 0; lv < 3; ++lv) {
+              x[lv][rr][2 * p] = __float_as_uint(kn[rr] * f[lv]);
+              x[lv][rr][2 * p + 1] = __float_as_uint(qn[rr] * f[lv]);
+            }
+          }
+        }
+        device::mma_m16n8k8_tf32(d1, a1, b1[0], b1[1]);
+#pragma unroll
+        for (int rr = 0; rr < 2; ++rr) {
+          device::mma_m16n8k8_tf32(d2[rr], x[0][rr], x[0][rr][0], x[0][rr][2]);
+          device::mma_m16n8k8_tf32(d3[rr], x[1][rr], x[1][rr][0], x[1][rr][2]);
+          device::mma_m16n8k8_tf32(d4[rr], x[2][rr], x[2][rr][0], x[2][rr][2]);
+        }
+      }
+    }
+  // Lane (g, t): fragments e = 0, 1 are A'[8 h + g][8 h + 2 t + e] of token block h, 2 + e the
+  // A_qk entries; a pair's level is the highest bit in which its local rows differ.
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = g + kHalf * h;
+    const float b = sm.beta[row];
+    const float diag = tf32_operand(rq[h] * rk[h] * sqk[h]);
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int c = 2 * t + e, x = g ^ c;
+      const float ak = x & 4 ? d2[h][e] : x & 2 ? d3[h][e] : d4[h][e];
+      const float aq = x & 4 ? d2[h][2 + e] : x & 2 ? d3[h][2 + e] : d4[h][2 + e];
+      sm.nmat[row][kHalf * h + c] = c < g ? b * ak : 0.0f;
+      sm.aqk[row][kHalf * h + c] = c < g ? tf32_operand(aq) : c == g ? diag : 0.0f;
+      // The row's other block: above the diagonal (h = 0), or level 1's (h = 1).
+      sm.nmat[row][kHalf * (1 - h) + c] = h ? b * d1[e] : 0.0f;
+      sm.aqk[row][kHalf * (1 - h) + c] = h ? tf32_operand(d1[2 + e]) : 0.0f;
+    }
+  }
+}
+
+// One chunk (tok0 .. tok0 + nvalid - 1 of value head hv) by this warp: the record (Tb, A_qk, rq,
+// rk) to ws. kBounded: a.gate == Gate::kBounded (two anchors, see above); otherwise the softplus
+// or pre-gated gate, whose decays may span far more than kMaxAnchorSpan inside an 8-row block:
+// the products then split each pair at an anchor between its two tokens (intra_warp_hier below).
+template <bool kBounded>
 __device__ __forceinline__ void intra_warp_chunk(const PrefillArgs& a, IntraWarpSmem& sm,
                                                  float* ws, int hv, int64_t tok0, int nvalid) {
   using device::ex2_approx;
@@ -100,11 +210,44 @@ __device__ __forceinline__ void intra_warp_chunk(const PrefillArgs& a, IntraWarp
   float G[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // set by each anchor block's first row
   auto store_row = [&](int r) {
     *reinterpret_cast<float4*>(intra_warp_l(sm, r, lane)) = make_float4(G[0], G[1], G[2], G[3]);
-    if (r == kHalf - 1)
+    if (kBounded && r == kHalf - 1)
       *reinterpret_cast<float4*>(&sm.p7[4 * lane]) =
           make_float4(ex2_approx(G[0]), ex2_approx(G[1]), ex2_approx(G[2]), ex2_approx(G[3]));
   };
-  if (!a.g_f32 && nvalid == kC) {
+  // The row's 4 raw gate values of the lane (the bf16 ones loaded above).
+  auto gate_row = [&](int r, float (&xs)[4]) {
+    if (a.g_f32) {
+      const float4 v = r < nvalid ? *reinterpret_cast<const float4*>(
+                                        static_cast<const float*>(a.g) + gofs + r * a.g_stride)
+                                  : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      xs[0] = v.x, xs[1] = v.y, xs[2] = v.z, xs[3] = v.w;
+    } else {
+      xs[0] = bf16_lo(g16[r].x), xs[1] = bf16_hi(g16[r].x);
+      xs[2] = bf16_lo(g16[r].y), xs[3] = bf16_hi(g16[r].y);
+    }
+  };
+  if constexpr (!kBounded) {
+    // gate_scan's arithmetic (gate_rows' per-element decays, the same sums), one loop per gate.
+    auto scan = [&](auto&& decay) {
+#pragma unroll
+      for (int r = 0; r < kC; ++r) {
+        float xs[4];
+        gate_row(r, xs);
+#pragma unroll
+        for (int cc = 0; cc < 4; ++cc)
+          G[cc] = (r % kHalf == 0 ? 0.0f : G[cc]) + (r < nvalid ? decay(xs[cc], cc) : 0.0f);
+        store_row(r);
+      }
+    };
+    if (a.gate == Gate::kSoftplus) {
+      float bl[4];
+#pragma unroll
+      for (int cc = 0; cc < 4; ++cc) bl[cc] = bias[cc] * kLog2e;
+      scan([&](float x, int cc) { return softplus_log2_decay(x, bl[cc], A); });
+    } else {
+      scan([](float x, int) { return pregated_log2_decay(x); });
+    }
+  } else if (!a.g_f32 && nvalid == kC) {
     // A whole chunk of a bf16 gate (the common case): gate_rows' bounded arithmetic without its
     // row selects and the f32 loads.
     const float c = -A * kLog2e, f = a.lower_bound_log2;
@@ -124,15 +267,7 @@ __device__ __forceinline__ void intra_warp_chunk(const PrefillArgs& a, IntraWarp
 #pragma unroll
     for (int r = 0; r < kC; ++r) {
       float xs[4];
-      if (a.g_f32) {
-        const float4 v = r < nvalid ? *reinterpret_cast<const float4*>(
-                                          static_cast<const float*>(a.g) + gofs + r * a.g_stride)
-                                    : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        xs[0] = v.x, xs[1] = v.y, xs[2] = v.z, xs[3] = v.w;
-      } else {
-        xs[0] = bf16_lo(g16[r].x), xs[1] = bf16_hi(g16[r].x);
-        xs[2] = bf16_lo(g16[r].y), xs[3] = bf16_hi(g16[r].y);
-      }
+      gate_row(r, xs);
 #pragma unroll
       for (int cc = 0; cc < 4; ++cc) {
         const float x1[1] = {xs[cc]};
@@ -151,31 +286,35 @@ __device__ __forceinline__ void intra_warp_chunk(const PrefillArgs& a, IntraWarp
   // the second (D[g + 8][g], another accumulator: each product's other row holds cross terms).
   // Both are in lane (g, g / 2). (m16n8k16 would need its B pairs in consecutive registers: a
   // move per register.)
-  float gram[2][2][2][4] = {};  // [rows g / g + 8][q / k][first / second pairs]
+  // The unbounded gates add q . k of each row (A_qk's diagonal, intra_warp_hier): A from q, B
+  // from k.
+  constexpr int kGrams = kBounded ? 2 : 3;
+  float gram[2][kGrams][2][4] = {};  // [rows g / g + 8][q q / k k / q k][first / second pairs]
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
     for (int rr = 0; rr < 2; ++rr) {
-      const uint4 piece[2] = {qv[rr][i], kv[rr][i]};
 #pragma unroll
-      for (int x = 0; x < 2; ++x) {
-        const uint4& u = piece[x];
-        device::mma_m16n8k8_bf16(gram[rr][x][0], u.x, u.y, u.x);
-        device::mma_m16n8k8_bf16(gram[rr][x][0], u.z, u.w, u.z);
-        device::mma_m16n8k8_bf16(gram[rr][x][1], u.x, u.y, u.y);
-        device::mma_m16n8k8_bf16(gram[rr][x][1], u.z, u.w, u.w);
+      for (int x = 0; x < kGrams; ++x) {
+        const uint4& u = x == 1 ? kv[rr][i] : qv[rr][i];  // A
+        const uint4& w = x == 0 ? qv[rr][i] : kv[rr][i];  // B
+        device::mma_m16n8k8_bf16(gram[rr][x][0], u.x, u.y, w.x);
+        device::mma_m16n8k8_bf16(gram[rr][x][0], u.z, u.w, w.z);
+        device::mma_m16n8k8_bf16(gram[rr][x][1], u.x, u.y, w.y);
+        device::mma_m16n8k8_bf16(gram[rr][x][1], u.z, u.w, w.w);
       }
     }
-  float ssq[2], ssk[2];
+  float ssq[2], ssk[2], sqk[2] = {0.0f, 0.0f};
   const int src = 4 * g + (g >> 1);
 #pragma unroll
   for (int rr = 0; rr < 2; ++rr) {
-    float d[2];
+    float d[kGrams];
 #pragma unroll
-    for (int x = 0; x < 2; ++x)
+    for (int x = 0; x < kGrams; ++x)
       d[x] = g & 1 ? gram[rr][x][0][1] + gram[rr][x][1][3] : gram[rr][x][0][0] + gram[rr][x][1][2];
     ssq[rr] = __shfl_sync(0xffffffffu, d[0], src);
     ssk[rr] = __shfl_sync(0xffffffffu, d[1], src);
+    if constexpr (!kBounded) sqk[rr] = __shfl_sync(0xffffffffu, d[2], src);
   }
   float rq[2], rk[2];
 #pragma unroll
@@ -197,55 +336,59 @@ __device__ __forceinline__ void intra_warp_chunk(const PrefillArgs& a, IntraWarp
     kb[rr] = rk[rr] * (1.0f + kTruncBias);
     qb[rr] = rq[rr] * (1.0f + kTruncBias);
   }
-  float kd0[4] = {}, ko0[4] = {}, kd1[4] = {};  // A' tiles: n-tile 0 diagonal / off-diagonal, 1
-  float qd0[4] = {}, qo0[4] = {}, qd1[4] = {};  // A_qk tiles
+  if constexpr (kBounded) {
+    float kd0[4] = {}, ko0[4] = {}, kd1[4] = {};  // A' tiles: n-tile 0 diagonal / off-diagonal, 1
+    float qd0[4] = {}, qo0[4] = {}, qd1[4] = {};  // A_qk tiles
 #pragma unroll
-  for (int i = 0; i < 4; ++i)
+    for (int i = 0; i < 4; ++i)
 #pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {  // columns 32 i + 8 t + 4 hh .. + 3: k steps 4 i + 2 hh, + 1
-      const int chunk = 8 * i + 2 * t + hh;
-      const float4 l0 = *reinterpret_cast<const float4*>(intra_warp_l(sm, g, chunk));
-      const float4 l1 = *reinterpret_cast<const float4*>(intra_warp_l(sm, g + kHalf, chunk));
-      const float4 q7 = *reinterpret_cast<const float4*>(&sm.p7[4 * chunk]);
-      const float Lr[2][4] = {{l0.x, l0.y, l0.z, l0.w}, {l1.x, l1.y, l1.z, l1.w}};
-      const float P7[4] = {q7.x, q7.y, q7.z, q7.w};
+      for (int hh = 0; hh < 2; ++hh) {  // columns 32 i + 8 t + 4 hh .. + 3: k steps 4 i + 2 hh, + 1
+        const int chunk = 8 * i + 2 * t + hh;
+        const float4 l0 = *reinterpret_cast<const float4*>(intra_warp_l(sm, g, chunk));
+        const float4 l1 = *reinterpret_cast<const float4*>(intra_warp_l(sm, g + kHalf, chunk));
+        const float4 q7 = *reinterpret_cast<const float4*>(&sm.p7[4 * chunk]);
+        const float Lr[2][4] = {{l0.x, l0.y, l0.z, l0.w}, {l1.x, l1.y, l1.z, l1.w}};
+        const float P7[4] = {q7.x, q7.y, q7.z, q7.w};
 #pragma unroll
-      for (int m = 0; m < 2; ++m) {
-        uint32_t akt[4], aqt[4], bkd[2][2], bko[2];
+        for (int m = 0; m < 2; ++m) {
+          uint32_t akt[4], aqt[4], bkd[2][2], bko[2];
 #pragma unroll
-        for (int p = 0; p < 2; ++p) {  // k slot t + 4 p: column 32 i + 8 t + 4 hh + 2 m + p
-          const int jj = 2 * m + p, j = 4 * hh + jj;
+          for (int p = 0; p < 2; ++p) {  // k slot t + 4 p: column 32 i + 8 t + 4 hh + 2 m + p
+            const int jj = 2 * m + p, j = 4 * hh + jj;
 #pragma unroll
-          for (int rr = 0; rr < 2; ++rr) {
-            const float kn = bf16_of(kv[rr][i], j) * kb[rr], qn = bf16_of(qv[rr][i], j) * qb[rr];
-            const float e = ex2_approx(Lr[rr][jj]);  // <= 1
-            akt[2 * p + rr] = __float_as_uint(kn * e);
-            aqt[2 * p + rr] = __float_as_uint(qn * e);
-            const float d = kn * ex2_approx(-Lr[rr][jj]);  // <= 2^58 k^ (bounded_spans_fit)
-            bkd[rr][p] = __float_as_uint(d);
-            if (rr == 0) bko[p] = __float_as_uint(d * P7[jj]);  // k^ 2^(G_7 - G)
+            for (int rr = 0; rr < 2; ++rr) {
+              const float kn = bf16_of(kv[rr][i], j) * kb[rr], qn = bf16_of(qv[rr][i], j) * qb[rr];
+              const float e = ex2_approx(Lr[rr][jj]);  // <= 1
+              akt[2 * p + rr] = __float_as_uint(kn * e);
+              aqt[2 * p + rr] = __float_as_uint(qn * e);
+              const float d = kn * ex2_approx(-Lr[rr][jj]);  // <= 2^58 k^ (bounded_spans_fit)
+              bkd[rr][p] = __float_as_uint(d);
+              if (rr == 0) bko[p] = __float_as_uint(d * P7[jj]);  // k^ 2^(G_7 - G)
+            }
           }
+          device::mma_m16n8k8_tf32(kd0, akt, bkd[0][0], bkd[0][1]);
+          device::mma_m16n8k8_tf32(ko0, akt, bko[0], bko[1]);
+          device::mma_m16n8k8_tf32(kd1, akt, bkd[1][0], bkd[1][1]);
+          device::mma_m16n8k8_tf32(qd0, aqt, bkd[0][0], bkd[0][1]);
+          device::mma_m16n8k8_tf32(qo0, aqt, bko[0], bko[1]);
+          device::mma_m16n8k8_tf32(qd1, aqt, bkd[1][0], bkd[1][1]);
         }
-        device::mma_m16n8k8_tf32(kd0, akt, bkd[0][0], bkd[0][1]);
-        device::mma_m16n8k8_tf32(ko0, akt, bko[0], bko[1]);
-        device::mma_m16n8k8_tf32(kd1, akt, bkd[1][0], bkd[1][1]);
-        device::mma_m16n8k8_tf32(qd0, aqt, bkd[0][0], bkd[0][1]);
-        device::mma_m16n8k8_tf32(qo0, aqt, bko[0], bko[1]);
-        device::mma_m16n8k8_tf32(qd1, aqt, bkd[1][0], bkd[1][1]);
       }
-    }
-  // Rows g (f < 2) and g + 8 (f >= 2), columns 2 t + f % 2 (n-tile 0) and 8 + 2 t + f % 2
-  // (n-tile 1); the block below the diagonal (rows 8..15, columns 0..7) from the off-diagonal
-  // tiles.
+    // Rows g (f < 2) and g + 8 (f >= 2), columns 2 t + f % 2 (n-tile 0) and 8 + 2 t + f % 2
+    // (n-tile 1); the block below the diagonal (rows 8..15, columns 0..7) from the off-diagonal
+    // tiles.
 #pragma unroll
-  for (int f = 0; f < 4; ++f) {
-    const int row = g + (f >= 2 ? kHalf : 0), col = 2 * t + (f & 1);
-    const float a0 = f >= 2 ? ko0[f] : kd0[f], q0 = f >= 2 ? qo0[f] : qd0[f];
-    const float b = sm.beta[row];
-    sm.nmat[row][col] = col < row ? b * a0 : 0.0f;
-    sm.aqk[row][col] = col <= row ? tf32_operand(q0) : 0.0f;
-    sm.nmat[row][kHalf + col] = kHalf + col < row ? b * kd1[f] : 0.0f;
-    sm.aqk[row][kHalf + col] = kHalf + col <= row ? tf32_operand(qd1[f]) : 0.0f;
+    for (int f = 0; f < 4; ++f) {
+      const int row = g + (f >= 2 ? kHalf : 0), col = 2 * t + (f & 1);
+      const float a0 = f >= 2 ? ko0[f] : kd0[f], q0 = f >= 2 ? qo0[f] : qd0[f];
+      const float b = sm.beta[row];
+      sm.nmat[row][col] = col < row ? b * a0 : 0.0f;
+      sm.aqk[row][col] = col <= row ? tf32_operand(q0) : 0.0f;
+      sm.nmat[row][kHalf + col] = kHalf + col < row ? b * kd1[f] : 0.0f;
+      sm.aqk[row][kHalf + col] = kHalf + col <= row ? tf32_operand(qd1[f]) : 0.0f;
+    }
+  } else {
+    intra_warp_hier(sm, qv, kv, kb, qb, rq, rk, sqk);
   }
   __syncwarp();
   // The record: [Tb kC x kC][A_qk kC x kC][rq kC][rk kC].
@@ -266,7 +409,8 @@ __device__ __forceinline__ void intra_warp_chunk(const PrefillArgs& a, IntraWarp
 }
 
 // Grid: (ceil(chunk slots / kIntraWarps), HV); warp w of CTA x takes chunk slot kIntraWarps x + w
-// (the slot rules of intra_kernel).
+// (the slot rules of intra_kernel). kBounded: a.gate == Gate::kBounded (intra_warp_chunk).
+template <bool kBounded>
 __global__ void __launch_bounds__(32 * kIntraWarps, kIntraWarpCtasPerSm)
     intra_warp_kernel(const __grid_constant__ PrefillArgs a) {
   extern __shared__ __align__(128) unsigned char smem_bytes[];
@@ -280,7 +424,7 @@ __global__ void __launch_bounds__(32 * kIntraWarps, kIntraWarpCtasPerSm)
   int nvalid;
   slot_chunk(a, slot, tok0, nvalid);
   if (nvalid == 0) return;
-  intra_warp_chunk(a, sm.w[warp], chunk_ws(a, slot, hv), hv, tok0, nvalid);
+  intra_warp_chunk<kBounded>(a, sm.w[warp], chunk_ws(a, slot, hv), hv, tok0, nvalid);
 }
 
 // One chunk of the streamed kernel, then its count: a __syncwarp orders the whole warp's record
@@ -288,9 +432,10 @@ __global__ void __launch_bounds__(32 * kIntraWarps, kIntraWarpCtasPerSm)
 // out of line (sessions 18-30, when inlined it had spilled ~270 bytes per thread in the tile loop;
 // now 0 at the same 168 registers) the chunk read PrefillArgs and q, k, g through generic
 // pointers and the kernel kept a 72-byte stack frame.
+template <bool kBounded>
 __device__ __forceinline__ void intra_warp_streamed_chunk(const PrefillArgs& a, IntraWarpSmem& sm,
                                                        const IntraTile& x) {
-  intra_warp_chunk(a, sm, chunk_ws(a, x.slot, x.hv), x.hv, x.tok0, x.nvalid);
+  intra_warp_chunk<kBounded>(a, sm, chunk_ws(a, x.slot, x.hv), x.hv, x.tok0, x.nvalid);
   __syncwarp();
   if ((threadIdx.x & 31) == 0) device::red_release_add(&a.ready[x.counter], 1u);
 }
@@ -298,6 +443,7 @@ __device__ __forceinline__ void intra_warp_streamed_chunk(const PrefillArgs& a, 
 // The streamed form (intra_streamed_kernel's queue, ready counters and retire rule, per warp
 // instead of per CTA): lane 0 claims the warp's next tile while it works on the current one and
 // counts each chunk as soon as its record is stored.
+template <bool kBounded>
 __global__ void __launch_bounds__(32 * kIntraWarps, kIntraWarpCtasPerSm)
     intra_warp_streamed_kernel(const __grid_constant__ PrefillArgs a) {
   extern __shared__ __align__(128) unsigned char smem_bytes[];
@@ -317,7 +463,7 @@ __global__ void __launch_bounds__(32 * kIntraWarps, kIntraWarpCtasPerSm)
   while (tile >= 0) {
     const int64_t next = lane == 0 ? claim() : 0;  // its latency overlaps the chunk
     const IntraTile x = intra_tile(a, tile);
-    if (x.nvalid > 0) intra_warp_streamed_chunk(a, sm.w[warp], x);
+    if (x.nvalid > 0) intra_warp_streamed_chunk<kBounded>(a, sm.w[warp], x);
     tile = __shfl_sync(0xffffffffu, next, 0);
   }
 }

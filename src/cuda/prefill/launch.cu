@@ -347,28 +347,22 @@ void prefill(const ForwardParams& p) {
         a, slots, slot_map);
     FASTKDA_CUDA_CHECK(cudaGetLastError());
   }
-  // The bounded gate's intra work runs one chunk per warp (intra_warp.cuh); the other gates need
-  // the spans, clamps and exact rows of the 4-warp CTA per chunk (intra_kernel.cuh).
-  const bool warp_intra = a.gate == prefill_cuda::Gate::kBounded;
+  // The intra work runs one chunk per warp (intra_warp.cuh), the bounded gate's with two anchors
+  // per chunk, the others' with the binary split of intra_warp_hier.
+  const bool bounded = a.gate == prefill_cuda::Gate::kBounded;
   if (plan.streamed) {
     // Ready counters and queue zeroed, then the persistent intra grid, then the scan beside it.
     FASTKDA_CUDA_CHECK(cudaMemsetAsync(a.ready, 0, stream_ws_bytes(p, plan), stream));
-    if (warp_intra)
-      launch_with_smem(prefill_cuda::intra_warp_streamed_kernel,
-                       unsigned(plan.sms * prefill_cuda::kIntraWarpCtasPerSm),
-                       32 * prefill_cuda::kIntraWarps, sizeof(prefill_cuda::IntraWarpPlan), stream,
-                       a);
-    else
-      launch_with_smem(prefill_cuda::intra_streamed_kernel,
-                       unsigned(plan.sms * prefill_cuda::kIntraCtasPerSm),
-                       prefill_cuda::kPrepThreads, sizeof(prefill_cuda::IntraPlan), stream, a);
-  } else if (warp_intra) {
-    const int64_t ctas = (slots + prefill_cuda::kIntraWarps - 1) / prefill_cuda::kIntraWarps;
-    launch_with_smem(prefill_cuda::intra_warp_kernel, dim3(unsigned(ctas), unsigned(p.HV)),
+    launch_with_smem(bounded ? prefill_cuda::intra_warp_streamed_kernel<true>
+                             : prefill_cuda::intra_warp_streamed_kernel<false>,
+                     unsigned(plan.sms * prefill_cuda::kIntraWarpCtasPerSm),
                      32 * prefill_cuda::kIntraWarps, sizeof(prefill_cuda::IntraWarpPlan), stream, a);
   } else {
-    launch_with_smem(prefill_cuda::intra_kernel, dim3(unsigned(slots), unsigned(p.HV)),
-                     prefill_cuda::kPrepThreads, sizeof(prefill_cuda::IntraPlan), stream, a);
+    const int64_t ctas = (slots + prefill_cuda::kIntraWarps - 1) / prefill_cuda::kIntraWarps;
+    launch_with_smem(bounded ? prefill_cuda::intra_warp_kernel<true>
+                             : prefill_cuda::intra_warp_kernel<false>,
+                     dim3(unsigned(ctas), unsigned(p.HV)), 32 * prefill_cuda::kIntraWarps,
+                     sizeof(prefill_cuda::IntraWarpPlan), stream, a);
   }
   a.jobs = ctas;
   if (!plan.seg_chunks) {
