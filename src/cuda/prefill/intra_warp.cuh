@@ -17,6 +17,8 @@
 // independent chunks.
 #pragma once
 
+#include <type_traits>
+
 #include "cuda/prefill/intra_kernel.cuh"
 
 namespace fastkda::prefill_cuda {
@@ -81,7 +83,6 @@ __device__ __forceinline__ void intra_warp_hier(IntraWarpSmem& sm, const uint4 (
   // The lane's role per level (the same for its two tokens at levels 2..4): +1 lower, -1 upper,
   // and the anchors (rows of block 0; block 1 adds 8).
   const float s2 = g & 4 ? 1.0f : -1.0f, s3 = g & 2 ? 1.0f : -1.0f;
-  const bool lower4 = g & 1;
   const int a3 = (g & 4) | 1, a4 = g & 6;
   float d1[4] = {}, d2[2][4] = {}, d3[2][4] = {}, d4[2][4] = {};  // [token block][fragment]
 #pragma unroll
@@ -122,8 +123,9 @@ __device__ __forceinline__ void intra_warp_hier(IntraWarpSmem& sm, const uint4 (
 #pragma unroll
           for (int rr = 0; rr < 2; ++rr) {
             const float d = own[rr][jj];
+            // Level 4 of an upper (even) token: its own row, 2^0 = 1.
             const float f[3] = {ex2_approx(s2 * (d - l2[rr][jj])), ex2_approx(s3 * (d - l3[rr][jj])),
-                                lower4 ? ex2_approx(d - l4[rr][jj]) : 1.0f};
+                                ex2_approx(d - l4[rr][jj])};
 #pragma unroll
             for (int lv = 0; lv < 3; ++lv) {
               x[lv][rr][2 * p] = __float_as_uint(kn[rr] * f[lv]);
@@ -229,15 +231,22 @@ __device__ __forceinline__ void intra_warp_chunk(const PrefillArgs& a, IntraWarp
   if constexpr (!kBounded) {
     // gate_scan's arithmetic (gate_rows' per-element decays, the same sums), one loop per gate.
     auto scan = [&](auto&& decay) {
+      auto rows = [&](auto whole) {  // whole: a full chunk (no row past the end)
 #pragma unroll
-      for (int r = 0; r < kC; ++r) {
-        float xs[4];
-        gate_row(r, xs);
+        for (int r = 0; r < kC; ++r) {
+          float xs[4];
+          gate_row(r, xs);
 #pragma unroll
-        for (int cc = 0; cc < 4; ++cc)
-          G[cc] = (r % kHalf == 0 ? 0.0f : G[cc]) + (r < nvalid ? decay(xs[cc], cc) : 0.0f);
-        store_row(r);
-      }
+          for (int cc = 0; cc < 4; ++cc)
+            G[cc] = (r % kHalf == 0 ? 0.0f : G[cc]) +
+                    (whole || r < nvalid ? decay(xs[cc], cc) : 0.0f);
+          store_row(r);
+        }
+      };
+      if (nvalid == kC)
+        rows(std::true_type{});
+      else
+        rows(std::false_type{});
     };
     if (a.gate == Gate::kSoftplus) {
       float bl[4];

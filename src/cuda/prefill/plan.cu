@@ -147,13 +147,13 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
   // without exact rows (small decays) cost ~0.9: for them this retire point starts the scan late
   // (H96 T8192: ~85 us at 1.6, ~130 at 2.65; estimates), while too early a start makes the scan
   // wait (+12 % at 55 % above).
-  constexpr double kIntraTileUs = 1.43, kWarpIntraTileUs = 0.57, kStreamedTileUs = 1.6,
-                   kWarpStreamedTileUs = 0.58, kStreamedScan = 1.025;
-  // The intra kernels the gate runs (launch.cu: the warp kernels for the bounded gate, the 4-warp
-  // ones otherwise): SM-us per tile of the grid and of the streamed kernel.
-  const bool warp_intra = p.gate_mode == GateMode::kBounded;
-  const double intra_tile_us = warp_intra ? kWarpIntraTileUs : kIntraTileUs;
-  const double stream_tile_us = warp_intra ? kWarpStreamedTileUs : kStreamedTileUs;
+  constexpr double kIntraTileUs = 0.57, kStreamedTileUs = 0.58, kHierTileUs = 1.03,
+                   kHierStreamedTileUs = 1.1, kStreamedScan = 1.025;
+  // SM-us per tile of the grid and of the streamed intra kernel: the bounded gate's two anchors,
+  // or the other gates' binary split (intra_warp_hier).
+  const bool bounded = p.gate_mode == GateMode::kBounded;
+  const double intra_tile_us = bounded ? kIntraTileUs : kHierTileUs;
+  const double stream_tile_us = bounded ? kStreamedTileUs : kHierStreamedTileUs;
   // Split T beside the streamed intra kernel (session 31): the memset and the start of the pass.
   constexpr double kStreamSplitUs = 5.0;
   // Tiles of the streamed kernel: every chunk index of the longest sequence for every sequence
@@ -257,7 +257,7 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
   // (session 33); their tile cost varies with the input's decays (the exact rows' share), and an
   // 8-head row samples few of them.
   auto split_streams = [&](int vs) {  // kFirst: one CTA per head (pairs: vsplit 1)
-    return warp_intra && pairs_at(vs) && forced_stream.value_or(1) == 1 && can_stream(heads);
+    return pairs_at(vs) && forced_stream.value_or(1) == 1 && can_stream(heads);
   };
   auto stream_split = [&](Plan& q) {
     q.intra_tiles = tiles, q.keep_sms = sms - int(heads);
