@@ -147,8 +147,8 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
   // without exact rows (small decays) cost ~0.9: for them this retire point starts the scan late
   // (H96 T8192: ~85 us at 1.6, ~130 at 2.65; estimates), while too early a start makes the scan
   // wait (+12 % at 55 % above).
-  constexpr double kIntraTileUs = 0.57, kStreamedTileUs = 0.58, kHierTileUs = 1.03,
-                   kHierStreamedTileUs = 1.1, kStreamedScan = 1.025;
+  constexpr double kIntraTileUs = 0.57, kStreamedTileUs = 0.58, kHierTileUs = 0.92,
+                   kHierStreamedTileUs = 0.95, kStreamedScan = 1.025;
   // SM-us per tile of the grid and of the streamed intra kernel: the bounded gate's two anchors,
   // or the other gates' binary split (intra_warp_hier).
   const bool bounded = p.gate_mode == GateMode::kBounded;
