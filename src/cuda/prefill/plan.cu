@@ -148,12 +148,14 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
   // (H96 T8192: ~85 us at 1.6, ~130 at 2.65; estimates), while too early a start makes the scan
   // wait (+12 % at 55 % above).
   constexpr double kIntraTileUs = 0.57, kStreamedTileUs = 0.58, kHierTileUs = 0.92,
-                   kHierStreamedTileUs = 0.95, kStreamedScan = 1.025;
-  // SM-us per tile of the grid and of the streamed intra kernel: the bounded gate's two anchors,
-  // or the other gates' binary split (intra_warp_hier).
+                   kHierStreamedTileUs = 0.9, kHierSplitTileUs = 1.0, kStreamedScan = 1.025;
+  // SM-us per tile of the grid and of the streamed intra kernel (beside the unsplit scan, and
+  // beside split T's segment 0): the bounded gate's two anchors, or the other gates' binary split
+  // (intra_warp_hier).
   const bool bounded = p.gate_mode == GateMode::kBounded;
   const double intra_tile_us = bounded ? kIntraTileUs : kHierTileUs;
   const double stream_tile_us = bounded ? kStreamedTileUs : kHierStreamedTileUs;
+  const double split_tile_us = bounded ? kStreamedTileUs : kHierSplitTileUs;
   // Split T beside the streamed intra kernel (session 31): the memset and the start of the pass.
   constexpr double kStreamSplitUs = 5.0;
   // Tiles of the streamed kernel: every chunk index of the longest sequence for every sequence
@@ -201,7 +203,7 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
   // Split T beside the streamed intra kernel (`stream`, pairs only; see split_streams below): no
   // intra pass first; segment 0's output jobs start at once (~2.5 % slower beside the intra grid,
   // as the unsplit streamed scan), the pair jobs once the keepers have made every tile.
-  auto intra_keep_us = [&] { return double(tiles) * stream_tile_us / double(sms - heads); };
+  auto intra_keep_us = [&] { return double(tiles) * split_tile_us / double(sms - heads); };
   auto split_us = [&](int vs, int seg, int seg0, bool stream) {
     const int64_t nseg = nseg_of(seg, seg0), jobs = heads * vs;
     const double seg_us = seg * kOutputChunk * chunk_us(vs) + kWaveUs;
