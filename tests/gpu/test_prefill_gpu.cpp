@@ -207,6 +207,11 @@ TEST(PrefillGpu, GateModes) {
     check_against_oracle(Problem(c), "pre-gated -1000");
   }
   {
+    Case c;  // half the tokens at -1000, the others mild: every anchor level splits both kinds
+    c.T = 300, c.gate = GateMode::kPreGated, c.extreme_gates = 0.5;
+    check_against_oracle(Problem(c), "pre-gated half -1000");
+  }
+  {
     Case c;  // bounded gates saturated at the lower bound (-5 per token)
     c.T = 200, c.extreme_gates = 1.0;
     check_against_oracle(Problem(c), "bounded saturated");
@@ -1078,16 +1083,15 @@ TEST(PrefillGpu, PersistentGrid) {
 // bitwise the two-kernel order at every value split and retire point (0 %: the scan starts at
 // once and waits on counters; 100 %: every SM stays in the intra grid until its last tile), with a
 // partial last chunk, boundary states and a state pool; a single varlen sequence with tokens
-// before and after it (empty tiles); the softplus gate (the 4-warp streamed kernel, exact rows);
-// the workspace holds the counters and the queue.
+// before and after it (empty tiles); the softplus gate (the binary anchor split, tokens at
+// -1000); the workspace holds the counters and the queue.
 TEST(PrefillGpu, StreamedIntra) {
   FASTKDA_REQUIRE_GPU();
   std::vector<Case> cases(3);
   cases[0].B = 3, cases[0].T = 1000, cases[0].H = 2, cases[0].HV = 4;
   cases[0].pool = true, cases[0].boundary = true;
   cases[1].seqlens = {777}, cases[1].lead = 40, cases[1].tail = 100, cases[1].HV = 6;
-  // The softplus gate takes the 4-warp streamed kernel, with exact rows (A up to 16, some tokens
-  // at -1000).
+  // The softplus gate: the intra kernels' binary anchor split (A up to 16, some tokens at -1000).
   cases[2].B = 2, cases[2].T = 600, cases[2].HV = 4, cases[2].gate = GateMode::kSoftplus;
   cases[2].extreme_gates = 0.05;
   for (const Case& c : cases) {

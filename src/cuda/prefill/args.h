@@ -25,7 +25,7 @@ enum class Pass : int {
   kFirst = 4,        // with kPairs: segment 0's output jobs (first_out), launched just before it
 };
 
-// The streamed intra kernel's shared counters (intra_streamed_kernel), zeroed before each launch.
+// The streamed intra kernel's shared counters (intra_warp_streamed_kernel), zeroed before each launch.
 struct StreamQueue {
   unsigned long long next;     // tiles claimed so far
   unsigned long long keepers;  // CTAs that run until the last tile, once started
@@ -73,7 +73,7 @@ struct PrefillArgs {
   uint32_t* ready;  // [N, HV, ready_blocks]
   int ready_blocks;
   StreamQueue* queue;
-  int64_t intra_tiles, retire_tile;  // retire_tile: see intra_streamed_kernel
+  int64_t intra_tiles, retire_tile;  // retire_tile: see intra_warp_streamed_kernel
   int keep_sms;
   int64_t jobs;          // scan jobs (CTA-sized units); the grid may be smaller (persistent
                          // Pass::kWhole: CTA b does jobs b, b + grid, ...)

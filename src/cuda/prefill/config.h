@@ -1,5 +1,5 @@
 // Tile constants, the workspace layout and the shared-memory plans of the two prefill kernels
-// (intra_kernel.cuh, prefill_kernel.cuh). docs/prefill.md explains the choices; every byte budget
+// (intra_warp.cuh, prefill_kernel.cuh). docs/prefill.md explains the choices; every byte budget
 // is checked here.
 #pragma once
 
@@ -17,7 +17,7 @@ constexpr int kHalf = 8;  // sub-block: rows 8..15 of a chunk are anchored at ro
 // launch.cu): the scan stores S before every chunk c with c % kBoundaryChunks == 0.
 constexpr int kBoundaryChunks = 4;
 
-constexpr int kPrepWarps = 4;                  // warps per prepare group / per intra CTA
+constexpr int kPrepWarps = 4;                  // warps per prepare group
 constexpr int kPrepThreads = 32 * kPrepWarps;  // one thread per key column in the gate scan
 static_assert(kPrepThreads == kK, "prepare threads own one key column each");
 
@@ -158,9 +158,9 @@ static_assert(fits_register_file<32>() && fits_register_file<64>() && fits_regis
                   fits_register_file<128, true>(),
               "register file");
 
-// Largest exponent span (log2) the anchored MMA form of the diagonal blocks may use; rows whose
-// decay inside their 8-row block exceeds it are recomputed with exact pairwise exponentials.
-// 2^100 * 2^-100 keeps every factor a normal f32, so tf32 operands stay exact in range.
+// Largest exponent span (log2) of the bounded gate's two-anchor products (intra.cuh
+// bounded_spans_fit): 2^100 * 2^-100 keeps every factor a normal f32, so tf32 operands stay exact
+// in range. The other gates split every pair at an anchor between its tokens (intra_warp_hier).
 constexpr float kMaxAnchorSpan = 100.0f;
 
 // Leading dimensions (floats), chosen for conflict-free fragment loads:
@@ -170,7 +170,7 @@ constexpr int kLdScan = kK + 8;     // w, qs: [kC][kLdScan]
 constexpr int kLdVt = kC / 2 + 4;   // wgmma stage v^T rows (u32): the prepare's 16-byte stores
                                     // (rows 48 bytes apart) and the scan's A loads (banks 12g + t)
                                     // without conflicts
-constexpr int kLdTok = kC + 8;      // aqk [kC][kLdTok] (scan stage, intra PrepPrivate)
+constexpr int kLdTok = kC + 8;      // aqk [kC][kLdTok] (scan stage)
 constexpr int kLdN = kC + 4;        // nmat [kC][kLdN]
 constexpr int kLdTb = kC + 8;       // wgmma stage Tb rows, one scan warpgroup: the scan's
                                     // float2 B loads (rows g, pairs t: banks 24g + 2t, disjoint
@@ -201,57 +201,7 @@ static_assert(tb_col(0, 0) == 0 && tb_col(4, 0) == 1 && tb_col(0, 1) == 2 && tb_
                   tb_col(3, 0) == 12 && tb_col(7, 1) == 15,
               "split Tb layout");
 
-// ---- intra kernel (one CTA of kPrepThreads per chunk and value head) --------------------------
-
-// Where column `c` of row `row` of the intra kernel's f32 operand arrays (kt or G, qt, kd, ko)
-// lives: unpadded rows with the column XOR-swizzled by row, so that the products' scalar fragment
-// loads (rows g, g + 8, column 8 ks + t) still hit 32 different banks, column pairs (2c, 2c + 1)
-// stay adjacent for the 8-byte stores, and the products' results can go over qt (IntraOperands):
-// 36.5 KiB, 6 CTAs per SM at 80 registers (padded rows, 4 mod 32, took 41 KiB: 5 CTAs per SM).
-struct IntraLayout {
-  static constexpr int kLd = kK;
-  __host__ __device__ static constexpr int col(int row, int c) { return c ^ ((row & 7) << 2); }
-};
-static_assert(IntraLayout::col(9, 5) == 1 && IntraLayout::col(3, 2 * 7 + 1) == 3,
-              "intra operand layout");
-
-// Raw q, k, g of one chunk (rows past the sequence end zero-filled). After the gate pass the gate
-// rows are dead and the same bytes hold the column operand kd.
-struct RawQKG {
-  uint16_t q[kC][kK];  // bf16
-  uint16_t k[kC][kK];  // bf16
-  union {
-    float g[kC][kK];  // f32 gate; a bf16 gate uses the first half as uint16_t [kC][kK]
-    float kd[kC][IntraLayout::kLd];  // column operand, diagonal blocks:
-                                     // k^ . 2^min(anchor - G, span)
-  };
-};
-
-// What the products leave for the exact rows, the inversion and the record.
-struct IntraResults {
-  float aqk[kC][kLdTok];  // lower-incl(scale q^ k^T . pairwise decays), tf32
-  float nmat[kC][kLdN];   // N = strictly_lower(diag(beta) A')
-};
-
-// The products' operands (IntraLayout) and results. kt: row operand of A', k^ . 2^(G - anchor);
-// after the products, in the exact-rows path only, the cumulative log2 decay G itself (no buffer
-// of its own). qt: row operand of A_qk, scale q^ . 2^(G - anchor). ko: column operand of the block
-// (rows 8..15, cols 0..7), k^ . 2^(G_7 - G).
-struct IntraOperands {  // the results over qt (a barrier after the products' reads)
-  float kt[kC][IntraLayout::kLd];
-  union {
-    float qt[kC][IntraLayout::kLd];
-    IntraResults res;
-  };
-  float ko[kHalf][IntraLayout::kLd];
-};
-
-struct PrepPrivate : IntraOperands {
-  alignas(16) float rq[kC];  // scale / ||q|| per row (scale without l2norm); 16-byte loads
-  alignas(16) float rk[kC];  // 1 / ||k|| per row (1 without l2norm)
-  float beta[kC];            // activated beta (0 past the sequence end)
-  uint32_t span[kPrepWarps][kC];  // per warp: max over its columns of anchor - G (f32 bits)
-};
+// ---- intra kernels (intra_warp.cuh) ---------------------------------------------------------
 
 // A tile of the streamed intra kernel (intra_tile): a chunk and value head, and its ready counter.
 struct IntraTile {
@@ -264,20 +214,6 @@ constexpr int kReadyChunks = 8;
 
 // Longest-first CTA order (order.cuh): its O(N^2) ranking only up to this many sequences.
 constexpr int64_t kOrderMaxSeqs = 4096;
-
-// Shared memory of an intra CTA (the grid kernel and the streamed one).
-struct IntraPlan {
-  RawQKG raw;  // TMA destination: 128-byte aligned rows (q at 0, k at 4 KiB, g at 8 KiB)
-  PrepPrivate pp;
-  uint64_t full;  // mbarrier: the q, k, g loads landed
-  IntraTile tile[2];  // streamed intra kernel: this and the next tile, by parity
-  int64_t next;       // streamed intra kernel: the tile claimed during the current one
-};
-// CTAs per SM of both intra kernels (80 registers; the streamed one since session 16, its
-// bookkeeping in shared memory: in registers it spilled).
-constexpr int kIntraCtasPerSm = 6;
-static_assert((sizeof(IntraPlan) + 1024) * kIntraCtasPerSm <= 228 * 1024,
-              "intra kernels: 6 CTAs per SM");
 
 // ---- scan kernel ------------------------------------------------------------------------------
 
@@ -477,8 +413,7 @@ static_assert(sizeof(RawStage<128>) % 16 == 0 && sizeof(ScanStage<128>) % 16 == 
                   sizeof(RawStage<64>) % 16 == 0 && sizeof(ScanStage<64>) % 16 == 0 &&
                   sizeof(WgScanStage<64>) % 128 == 0 && sizeof(WgScanStage<128>) % 128 == 0 &&
                   offsetof(WgScanStage<128>, qs) ==
-                      offsetof(WgScanStage<128>, w) + 2 * kWgSboKeys &&
-                  sizeof(RawQKG) % 16 == 0 && sizeof(PrepPrivate) % 16 == 0,
+                      offsetof(WgScanStage<128>, w) + 2 * kWgSboKeys,
               "16-byte aligned stages");
 static_assert(offsetof(RawStage<128>, rk) == offsetof(RawStage<128>, tb) + (kWsFloats - kC) * 4 &&
                   offsetof(RawStage<32>, q) == offsetof(RawStage<32>, tb) + kWsBytes,

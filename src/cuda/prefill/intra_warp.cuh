@@ -1,7 +1,8 @@
-// The intra work of one chunk by one warp (bounded gate; the other gates keep the 4-warp CTA of
-// intra_kernel.cuh, whose spans, clamps and exact rows they need): the same anchored A' and A_qk,
-// Tb and row norms as intra_chunk, with every MMA operand formed in the registers of the lane that
-// feeds it to the tensor core instead of staged in shared memory for four warps.
+// The intra work of one chunk by one warp (intra.cuh): the anchored A' and A_qk, Tb and the row
+// norms, with every MMA operand formed in the registers of the lane that feeds it to the tensor
+// core. (Until session 34 the softplus and pre-gated gates ran a CTA of 4 warps per chunk with
+// operands staged in shared memory, clamped column factors and exact pairwise recomputation
+// where they overflowed; intra_warp_hier replaced it.)
 //
 // Why this layout works: in mma.m16n8k8 (tf32) lane (g, t) = (lane / 4, lane % 4) feeds A rows g
 // and g + 8 at k slots t and t + 4, and B columns (tokens) g at the same k slots. For A' = kt kd^T
@@ -12,8 +13,7 @@
 // 32 key columns 32 i + 8 t + j (i < 4, j < 8) of q and k for the whole chunk (four 16-byte loads
 // per row and tensor) and forms kt, qt, kd, ko of exactly the fragments it feeds. Only the
 // cumulative gate crosses lanes (a column sum over the chunk's rows): lane l activates and sums
-// key columns 4 l .. 4 l + 3 of all 16 rows (the same arithmetic, bit for bit, as gate_scan) and
-// hands the sums over through 8 KiB of shared memory. No CTA barrier: the warps of a CTA are
+// key columns 4 l .. 4 l + 3 of all 16 rows (gate_rows' arithmetic) and hands the sums over through 8 KiB of shared memory. No CTA barrier: the warps of a CTA are
 // independent chunks.
 #pragma once
 
@@ -205,9 +205,8 @@ __device__ __forceinline__ void intra_warp_chunk(const PrefillArgs& a, IntraWarp
   }
   const float A = gate_A(a, hv);
 
-  // The gate's cumulative log2 decays per anchor block (gate_scan's arithmetic, bit for bit: the
-  // same activation per element and the same running sum per column), row by row to shared
-  // memory.
+  // The gate's cumulative log2 decays per anchor block (gate_rows' activation per element, a
+  // running sum per column restarted at each block), row by row to shared memory.
   __syncwarp();  // the previous chunk's reads of sm are done
   float G[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // set by each anchor block's first row
   auto store_row = [&](int r) {
@@ -229,7 +228,7 @@ __device__ __forceinline__ void intra_warp_chunk(const PrefillArgs& a, IntraWarp
     }
   };
   if constexpr (!kBounded) {
-    // gate_scan's arithmetic (gate_rows' per-element decays, the same sums), one loop per gate.
+    // gate_rows' per-element decays (the same bits), one loop per gate.
     auto scan = [&](auto&& decay) {
       auto rows = [&](auto whole) {  // whole: a full chunk (no row past the end)
 #pragma unroll
@@ -418,13 +417,15 @@ __device__ __forceinline__ void intra_warp_chunk(const PrefillArgs& a, IntraWarp
 }
 
 // Grid: (ceil(chunk slots / kIntraWarps), HV); warp w of CTA x takes chunk slot kIntraWarps x + w
-// (the slot rules of intra_kernel). kBounded: a.gate == Gate::kBounded (intra_warp_chunk).
+// (slot_chunk). kBounded: a.gate == Gate::kBounded (intra_warp_chunk).
 template <bool kBounded>
 __global__ void __launch_bounds__(32 * kIntraWarps, kIntraWarpCtasPerSm)
     intra_warp_kernel(const __grid_constant__ PrefillArgs a) {
   extern __shared__ __align__(128) unsigned char smem_bytes[];
   auto& sm = *reinterpret_cast<IntraWarpPlan*>(smem_bytes);
-  device::griddep_launch_dependents();  // as intra_kernel
+  // The scan kernel may start on SMs this grid no longer fills (its CTAs set up, then wait for
+  // this grid's completion before reading the workspace: griddep_wait in prefill_kernel).
+  device::griddep_launch_dependents();
   const int warp = threadIdx.x >> 5;
   const int64_t slot = int64_t(blockIdx.x) * kIntraWarps + warp;
   const int hv = blockIdx.y;
@@ -449,9 +450,16 @@ __device__ __forceinline__ void intra_warp_streamed_chunk(const PrefillArgs& a, 
   if ((threadIdx.x & 31) == 0) device::red_release_add(&a.ready[x.counter], 1u);
 }
 
-// The streamed form (intra_streamed_kernel's queue, ready counters and retire rule, per warp
-// instead of per CTA): lane 0 claims the warp's next tile while it works on the current one and
-// counts each chunk as soon as its record is stored.
+// The streamed intra kernel (plan.h Plan::streamed): a persistent grid of kIntraWarpCtasPerSm
+// one-warp CTAs per SM, started before the scan, whose warps take tiles in time order
+// (intra_tile) from a counter in the workspace and count each chunk in its ready counter after
+// its record (the scan's prepare waits on the counters instead of on this grid: wait_ready). Lane
+// 0 claims the warp's next tile while it works on the current one. The scan grid (one wave, fewer
+// CTAs than SMs) starts once every CTA here has started, i.e. on the SMs whose intra CTAs have
+// stopped: CTAs on SMs numbered >= a.keep_sms stop claiming once tile a.retire_tile has been
+// claimed, the others ("keepers") run until the last tile. A CTA stops only while some keeper is
+// running (the keepers count themselves before they claim), so every tile is claimed and
+// completed without waiting on the scan: no deadlock whatever the placement.
 template <bool kBounded>
 __global__ void __launch_bounds__(32 * kIntraWarps, kIntraWarpCtasPerSm)
     intra_warp_streamed_kernel(const __grid_constant__ PrefillArgs a) {

@@ -1,7 +1,7 @@
 // Host side of the chunked prefill: CUDA preconditions (on top of validate()), PrefillArgs from
 // ForwardParams, the workspace layout and the launches of the plan (plan.h) on params.stream. No
-// allocation, no host synchronisation (CUDA-graph capturable). intra_kernel (chunk-parallel Tb and
-// A_qk into the caller's workspace), then prefill_kernel (the scan) once, or for split T twice
+// allocation, no host synchronisation (CUDA-graph capturable). The intra kernel (chunk-parallel Tb
+// and A_qk into the caller's workspace), then prefill_kernel (the scan) once, or for split T twice
 // around combine_kernel (split.cuh).
 #include <cuda.h>  // CUtensorMap and cuTensorMapEncodeTiled's signature (found at run time)
 #include <cuda_runtime_api.h>
@@ -14,7 +14,6 @@
 #include "cuda/check.h"
 #include "cuda/prefill/args.h"
 #include "cuda/prefill/config.h"
-#include "cuda/prefill/intra_kernel.cuh"
 #include "cuda/prefill/intra_warp.cuh"
 #include "cuda/prefill/order.cuh"
 #include "cuda/prefill/plan.h"

@@ -148,7 +148,7 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
   // (H96 T8192: ~85 us at 1.6, ~130 at 2.65; estimates), while too early a start makes the scan
   // wait (+12 % at 55 % above).
   constexpr double kIntraTileUs = 0.57, kStreamedTileUs = 0.58, kHierTileUs = 0.92,
-                   kHierStreamedTileUs = 0.9, kHierSplitTileUs = 1.0, kStreamedScan = 1.025;
+                   kHierStreamedTileUs = 0.9, kHierSplitTileUs = 0.97, kStreamedScan = 1.025;
   // SM-us per tile of the grid and of the streamed intra kernel (beside the unsplit scan, and
   // beside split T's segment 0): the bounded gate's two anchors, or the other gates' binary split
   // (intra_warp_hier).

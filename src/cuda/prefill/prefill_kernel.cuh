@@ -1,5 +1,5 @@
 // prefill_kernel: the scan of the chunked KDA forward (DESIGN §2) for K = V = 128, chunk kC = 16,
-// after intra_kernel (intra_kernel.cuh) has written Tb = (I + N)^-1 diag(beta) and A_qk of every
+// after the intra kernel (intra_warp.cuh) has written Tb = (I + N)^-1 diag(beta) and A_qk of every
 // chunk to the workspace.
 //
 // Grid: one CTA per (sequence n, value head hv, value slice); a slice is kVs = 16 * (scan warps)
