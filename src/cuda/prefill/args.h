@@ -25,7 +25,8 @@ enum class Pass : int {
   kFirst = 4,        // with kPairs: segment 0's output jobs (first_out), launched just before it
 };
 
-// The streamed intra kernel's shared counters (intra_warp_streamed_kernel), zeroed before each launch.
+// The streamed intra kernel's shared counters (intra_warp_streamed_kernel), zeroed before each
+// launch.
 struct StreamQueue {
   unsigned long long next;     // tiles claimed so far
   unsigned long long keepers;  // CTAs that run until the last tile, once started

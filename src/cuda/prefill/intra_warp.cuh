@@ -13,8 +13,8 @@
 // 32 key columns 32 i + 8 t + j (i < 4, j < 8) of q and k for the whole chunk (four 16-byte loads
 // per row and tensor) and forms kt, qt, kd, ko of exactly the fragments it feeds. Only the
 // cumulative gate crosses lanes (a column sum over the chunk's rows): lane l activates and sums
-// key columns 4 l .. 4 l + 3 of all 16 rows (gate_rows' arithmetic) and hands the sums over through 8 KiB of shared memory. No CTA barrier: the warps of a CTA are
-// independent chunks.
+// key columns 4 l .. 4 l + 3 of all 16 rows (gate_rows' arithmetic) and hands the sums over
+// through 8 KiB of shared memory. No CTA barrier: the warps of a CTA are independent chunks.
 #pragma once
 
 #include <type_traits>
@@ -124,8 +124,8 @@ __device__ __forceinline__ void intra_warp_hier(IntraWarpSmem& sm, const uint4 (
           for (int rr = 0; rr < 2; ++rr) {
             const float d = own[rr][jj];
             // Level 4 of an upper (even) token: its own row, 2^0 = 1.
-            const float f[3] = {ex2_approx(s2 * (d - l2[rr][jj])), ex2_approx(s3 * (d - l3[rr][jj])),
-                                ex2_approx(d - l4[rr][jj])};
+            const float f[3] = {ex2_approx(s2 * (d - l2[rr][jj])),
+                                ex2_approx(s3 * (d - l3[rr][jj])), ex2_approx(d - l4[rr][jj])};
 #pragma unroll
             for (int lv = 0; lv < 3; ++lv) {
               x[lv][rr][2 * p] = __float_as_uint(kn[rr] * f[lv]);

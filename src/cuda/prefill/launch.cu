@@ -355,7 +355,8 @@ void prefill(const ForwardParams& p) {
     launch_with_smem(bounded ? prefill_cuda::intra_warp_streamed_kernel<true>
                              : prefill_cuda::intra_warp_streamed_kernel<false>,
                      unsigned(plan.sms * prefill_cuda::kIntraWarpCtasPerSm),
-                     32 * prefill_cuda::kIntraWarps, sizeof(prefill_cuda::IntraWarpPlan), stream, a);
+                     32 * prefill_cuda::kIntraWarps, sizeof(prefill_cuda::IntraWarpPlan), stream,
+                     a);
   } else {
     const int64_t ctas = (slots + prefill_cuda::kIntraWarps - 1) / prefill_cuda::kIntraWarps;
     launch_with_smem(bounded ? prefill_cuda::intra_warp_kernel<true>

@@ -127,26 +127,19 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
   // 0.742 / 0.739 / 0.741 / 0.747 / 0.751 / 0.756 / 0.765 / 0.776 / 0.787 / 0.797 / 0.805 ms at
   // 0 / 2 / 4 / 6 / 8 / 10 / 12 / 15 / 20 / 25 / 30 / 35 / 40 % of the tiles, where 0.88 had put
   // it at 40 % and 0.58 puts it at 8.6 %.
-  // The 4-warp streamed kernel (softplus and pre-gated gates since session 18; the 0.88 above was
-  // fitted with bounded gates): with the benchmark's softplus inputs (A = exp(A_log) in [1, 16],
-  // Kimi-Linear's initialisation) most 8-row blocks decay past 2^-100 and take the exact rows.
-  // Session 32 fitted ~2.65 SM-us per streamed tile and ~2.25 per grid tile (H96 T8192 softplus
-  // 2.12 / 1.91 / 1.70 / 1.48 / 1.38 / 1.46 / 1.54 ms at 40 (the 0.88 plan) / 50 / 60 / 70 / 80 /
-  // 90 / 100 % of the tiles, 1.56 with the two kernels). Session 33's exact rows (a warp per row,
-  // its pairs reduced together) take the grid kernel from 844 to 583 us there (Nsight Compute,
-  // two kernels): ~1.57 SM-us per grid tile. Retire sweep then (bench/results/2026-11-30_s33): H96
-  // T8192 softplus 1.349 / 1.279 / 1.227 / 1.204 / 1.189 / 1.205 / 1.237 / 1.277 ms at 55 / 60 / 64
-  // / 65 / 67 / 70 / 75 / 80 %, 1.299 with the two kernels; H64 T8192 softplus 0.794 / 0.786 /
-  // 0.776 / 0.778 / 0.807 / 0.860 / 0.919 at 0 / 3 / 6 / 10 / 18 / 30 / 43 %, 0.858 with the two
-  // kernels; H32 T4096 / T16384 / T65536 softplus 0.270 / 0.963 / 3.787 at 0 %, 0.282 / 1.056 /
-  // 4.186 at 24 %. A streamed tile at 1.6 SM-us puts them at 66.8 / 6.1 / 0 / 0 / 0 %. The exact
-  // pairs since cut to those whose column operand was clamped: the grid kernel 531.6 us there
-  // (~1.43 SM-us per tile; no plan of the 1188-shape grid changes from 1.57); H96 T8192 softplus
-  // 1.356 / 1.292 / 1.228 / 1.165 / 1.145 ms at 45 / 50 / 55 / 60 / 67 %, 1.234 with the two
-  // kernels, H64 T8192 softplus 0.748 / 0.742 / 0.755 at 0 / 3 / 6 %: the streamed 1.6 kept. Tiles
-  // without exact rows (small decays) cost ~0.9: for them this retire point starts the scan late
-  // (H96 T8192: ~85 us at 1.6, ~130 at 2.65; estimates), while too early a start makes the scan
-  // wait (+12 % at 55 % above).
+  // The softplus and pre-gated gates' warp kernel (intra_warp_hier, session 34; sessions 18-33 a
+  // 4-warp kernel with exact rows, last fitted at 1.43 grid / 1.6 streamed SM-us per tile,
+  // bench/results/2026-11-30_s33): its tiles cost the same whatever the decays. Nsight Compute,
+  // H96 T8192 softplus, two kernels: 341 us for 49152 tiles, ~0.92 SM-us per grid tile. Retire
+  // sweep (bench/results/2026-11-30_s34): H96 T8192 softplus 1.037 / 0.995 / 0.955 / 0.912 /
+  // 0.875 / 0.896 / 0.935 / 0.960 ms at 20 / 25 / 30 / 35 / 40 / 46 / 58 / 65 % of the tiles,
+  // 0.895 at 38 and 44; a streamed tile at 0.9 SM-us puts it at 41 % (0.886 ms). Beside split T's
+  // segment 0 (stream_split below) the keepers' tiles are costed at 0.97: at 0.9 the model put H8
+  // T65536 softplus beside the streamed kernel (228 / 448 chunks), which measured 1.097 ms against
+  // 1.074 after the grid (236 / 332; the bounded gate's H8 split measured the same way in session
+  // 32), while the H32 splits gain beside it (T16384 / T65536 softplus 0.874 / 3.236 ms against
+  // 0.917 / 3.45 after the grid); 0.97 keeps H8 after the grid and H32 T16384 at 152 / 416 chunks
+  // (0.881 ms against 0.893 for the 148 / 432 of 1.0).
   constexpr double kIntraTileUs = 0.57, kStreamedTileUs = 0.58, kHierTileUs = 0.92,
                    kHierStreamedTileUs = 0.9, kHierSplitTileUs = 0.97, kStreamedScan = 1.025;
   // SM-us per tile of the grid and of the streamed intra kernel (beside the unsplit scan, and
@@ -253,11 +246,9 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
   // CTA per head) take those SMs and wait on the ready counters; the keepers make every tile on
   // the other SMs, where the pair jobs then run. So segment 0 runs beside the intra pass instead
   // of after it, and can be longer. FASTKDA_PREFILL_STREAM=0 turns it off, =1 with a forced
-  // segment length on (where possible). Only beside the warp intra kernels (bounded gate): with the
-  // 4-warp ones the model chose H8 T65536 softplus streamed (220 / 576 chunks: 1273 us against 1291
-  // unstreamed), which measured 1.274-1.277 ms against 1.228-1.238 for the unstreamed 236 / 332
-  // (session 33); their tile cost varies with the input's decays (the exact rows' share), and an
-  // 8-head row samples few of them.
+  // segment length on (where possible). Every gate since session 34 (the bounded gate only in
+  // session 33, when the other gates' 4-warp intra kernel cost what the input's decays made it:
+  // H8 T65536 softplus measured 1.274-1.277 ms streamed, the model's choice, against 1.228-1.238).
   auto split_streams = [&](int vs) {  // kFirst: one CTA per head (pairs: vsplit 1)
     return pairs_at(vs) && forced_stream.value_or(1) == 1 && can_stream(heads);
   };

@@ -20,8 +20,9 @@ struct Plan {
   bool longest_first = false;  // order_kernel before the scan (varlen, more CTAs than SMs)
   bool persistent = false;     // unsplit scan on min(jobs, SMs) CTAs, each walking its jobs
   int sms = 0;
-  // Streamed intra kernel beside a one-wave unsplit scan (choose_split, intra_warp_streamed_kernel):
-  // its tiles, the tile from which CTAs on SMs >= keep_sms stop claiming, keep_sms.
+  // Streamed intra kernel beside a one-wave unsplit scan or split T's segment 0 (choose_split,
+  // intra_warp_streamed_kernel): its tiles, the tile from which CTAs on SMs >= keep_sms stop
+  // claiming, keep_sms.
   bool streamed = false;
   int64_t intra_tiles = 0, retire_tile = 0;
   int keep_sms = 0;

@@ -71,8 +71,8 @@ __device__ __forceinline__ void load_stage(const PrefillArgs& a, RawStage<kVs>& 
 
 // Streamed intra kernel (a.ready set): thread 0 of a prepare group waits until the records of
 // block `block` of sequence n, value head hv (kReadyChunks chunks, fewer in the last block of
-// nchunks) are in the workspace (intra_warp_streamed_kernel's release), before load_stage copies the
-// first of them. Once per block: an acquire load per chunk on the issue path cost ~8 % of the
+// nchunks) are in the workspace (intra_warp_streamed_kernel's release), before load_stage copies
+// the first of them. Once per block: an acquire load per chunk on the issue path cost ~8 % of the
 // scan at H96 T8192 (and an early relaxed load with a fence when set ~13 %).
 __device__ __forceinline__ void wait_ready(const PrefillArgs& a, int64_t n, int hv, int block,
                                            int nchunks) {
