@@ -202,6 +202,16 @@ TEST(PrefillGpu, GateModes) {
     check_against_oracle(Problem(c), "softplus all -1000");
   }
   {
+    Case c;  // a bf16 gate (the benchmark's), some tokens at -1000, a partial last chunk
+    c.T = 300, c.gate = GateMode::kSoftplus, c.extreme_gates = 0.1, c.g_dtype = DType::kBF16;
+    check_against_oracle(Problem(c), "softplus bf16 g -1000");
+  }
+  {
+    Case c;  // pre-gated bf16 log decays
+    c.T = 130, c.gate = GateMode::kPreGated, c.extreme_gates = 0.1, c.g_dtype = DType::kBF16;
+    check_against_oracle(Problem(c), "pre-gated bf16 g");
+  }
+  {
     Case c;  // pre-gated log decays, some at -1000
     c.T = 300, c.gate = GateMode::kPreGated, c.extreme_gates = 0.05;
     check_against_oracle(Problem(c), "pre-gated -1000");
