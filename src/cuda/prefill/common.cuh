@@ -31,8 +31,8 @@ __device__ __forceinline__ float tf32_operand(float x) {
 // (bench/precision_chunk.py, "kw / qs truncated, scaled": state 1.95e-4 / out 1.70e-3 against
 // 1.89e-4 / 1.70e-3 rounded). Formed this way: the scan's kw and qs and so -W = -Tb kw (the
 // prepare's cumulative decay starts at kTruncBiasLog2, gate_cumsum, so 2^G carries the factor,
-// G_C - G does not) and the intra kernel's kt, qt, kd, ko (through the row norms,
-// anchored_block). GPU tests check that the tensor cores truncate (PtxGpu, WgmmaGpu). (The scan's
+// G_C - G does not) and the intra kernel's operands (through the row norms, intra_warp_chunk
+// and intra_warp_hier). GPU tests check that the tensor cores truncate (PtxGpu, WgmmaGpu). (The scan's
 // register operands S^T and V_new^T gain nothing from it: a wgmma / mma.sync A operand needs the
 // accumulator's registers in another order, one move each instead of the rounding; checked on the
 // SASS, session 15.)
@@ -130,7 +130,7 @@ __device__ __forceinline__ uint32_t qkg_bytes(const PrefillArgs& a) {
   return kC * (2 * kK * 2 + (a.g_f32 ? kK * 4 : kK * 2));
 }
 // The TMA loads of the kC token rows from token t of q, k (head h) and g (value head hv) into r,
-// completing on mbar (both kernels; the caller announces qkg_bytes first).
+// completing on mbar (the scan's prepare; the caller announces qkg_bytes first).
 template <class Raw>
 __device__ __forceinline__ void load_qkg(const PrefillArgs& a, Raw& r, int t, int h, int hv,
                                          uint64_t* mbar) {
