@@ -74,41 +74,28 @@ __device__ __forceinline__ float bf16_of(const uint4& u, int j) {  // element j 
 // the bounded gate's 6. A_qk's diagonal is q^ . k^ (sqk, exact bf16 products). L: G - anchor
 // as the gate scan stored it (rows 0..7 from the chunk start, rows 8..15 from row 7), so every
 // difference below is within one 8-row block.
+// kRoll: the k steps as a loop over the four 32-column pieces, the lane's q and k pieces (rows
+// g, g + 8, columns 32 i + 8 t .. + 7) loaded again per piece (L1 hits: the row norms read them
+// just before). Fully unrolled (the streamed kernel, from qv / kv), the chunk's straight-line code
+// is ~3300 instructions, and 25 % of the grid kernel's stall samples were "no instruction"
+// (Nsight Compute): rolled, the grid kernel takes 321 us instead of 341 at H96 T8192 softplus.
+// The streamed kernel measured slower rolled (its plans' retire tiles fitted to it unrolled).
+template <bool kRoll>
 __device__ __forceinline__ void intra_warp_hier(const PrefillArgs& a, IntraWarpSmem& sm,
                                                 int64_t tok0, int h, int nvalid,
-                                                const float (&kb)[2], const float (&qb)[2],
-                                                const float (&rq)[2], const float (&rk)[2],
-                                                const float (&sqk)[2]) {
+                                                const uint4 (&qv_all)[2][4],
+                                                const uint4 (&kv_all)[2][4], const float (&kb)[2],
+                                                const float (&qb)[2], const float (&rq)[2],
+                                                const float (&rk)[2], const float (&sqk)[2]) {
   using device::ex2_approx;
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  // The lane's q and k pieces (rows g, g + 8, columns 32 i + 8 t .. + 7) are loaded again per
-  // 32 columns (L1 hits: the row norms read them just before), so that the k steps are a loop of
-  // 4 iterations: fully unrolled, the chunk's straight-line code (~3300 instructions) outgrew the
-  // instruction cache (Nsight Compute: 25 % of the stall samples "no instruction").
-  const uint16_t* qp[2];
-  const uint16_t* kp[2];
-  bool valid[2];
-#pragma unroll
-  for (int rr = 0; rr < 2; ++rr) {
-    const int row = g + kHalf * rr;
-    valid[rr] = row < nvalid;
-    qp[rr] = a.q + (tok0 + row) * a.q_stride + int64_t(h) * kK + 8 * t;
-    kp[rr] = a.k + (tok0 + row) * a.k_stride + int64_t(h) * kK + 8 * t;
-  }
   // The lane's role per level (the same for its two tokens at levels 2..4): +1 lower, -1 upper,
   // and the anchors (rows of block 0; block 1 adds 8).
   const float s2 = g & 4 ? 1.0f : -1.0f, s3 = g & 2 ? 1.0f : -1.0f;
   const int a3 = (g & 4) | 1, a4 = g & 6;
   float d1[4] = {}, d2[2][4] = {}, d3[2][4] = {}, d4[2][4] = {};  // [token block][fragment]
-#pragma unroll 1
-  for (int i = 0; i < 4; ++i) {
-    uint4 qv[2], kv[2];
-#pragma unroll
-    for (int rr = 0; rr < 2; ++rr) {
-      const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
-      qv[rr] = valid[rr] ? *reinterpret_cast<const uint4*>(qp[rr] + 32 * i) : zero;
-      kv[rr] = valid[rr] ? *reinterpret_cast<const uint4*>(kp[rr] + 32 * i) : zero;
-    }
+  // The four k steps of piece i (columns 32 i .. 32 i + 31; the lane's q and k of them).
+  auto piece = [&](int i, const uint4 (&qv)[2], const uint4 (&kv)[2]) {
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {  // columns 32 i + 8 t + 4 hh .. + 3: k steps 4 i + 2 hh, + 1
       const int chunk = 8 * i + 2 * t + hh;
@@ -164,6 +151,35 @@ __device__ __forceinline__ void intra_warp_hier(const PrefillArgs& a, IntraWarpS
         }
       }
     }
+  };
+  if constexpr (kRoll) {
+    const uint16_t* qp[2];
+    const uint16_t* kp[2];
+    bool valid[2];
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      const int row = g + kHalf * rr;
+      valid[rr] = row < nvalid;
+      qp[rr] = a.q + (tok0 + row) * a.q_stride + int64_t(h) * kK + 8 * t;
+      kp[rr] = a.k + (tok0 + row) * a.k_stride + int64_t(h) * kK + 8 * t;
+    }
+#pragma unroll 1
+    for (int i = 0; i < 4; ++i) {
+      uint4 qv[2], kv[2];
+#pragma unroll
+      for (int rr = 0; rr < 2; ++rr) {
+        const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+        qv[rr] = valid[rr] ? *reinterpret_cast<const uint4*>(qp[rr] + 32 * i) : zero;
+        kv[rr] = valid[rr] ? *reinterpret_cast<const uint4*>(kp[rr] + 32 * i) : zero;
+      }
+      piece(i, qv, kv);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint4 qv[2] = {qv_all[0][i], qv_all[1][i]}, kv[2] = {kv_all[0][i], kv_all[1][i]};
+      piece(i, qv, kv);
+    }
   }
   // Lane (g, t): fragments e = 0, 1 are A'[8 h + g][8 h + 2 t + e] of token block h, 2 + e the
   // A_qk entries; a pair's level is the highest bit in which its local rows differ.
@@ -190,7 +206,7 @@ __device__ __forceinline__ void intra_warp_hier(const PrefillArgs& a, IntraWarpS
 // rk) to ws. kBounded: a.gate == Gate::kBounded (two anchors, see above); otherwise the softplus
 // or pre-gated gate, whose decays may span far more than kMaxAnchorSpan inside an 8-row block:
 // the products then split each pair at an anchor between its two tokens (intra_warp_hier above).
-template <bool kBounded>
+template <bool kBounded, bool kRoll>
 __device__ __forceinline__ void intra_warp_chunk(const PrefillArgs& a, IntraWarpSmem& sm,
                                                  float* ws, int hv, int64_t tok0, int nvalid) {
   using device::ex2_approx;
@@ -419,7 +435,7 @@ __device__ __forceinline__ void intra_warp_chunk(const PrefillArgs& a, IntraWarp
       sm.aqk[row][kHalf + col] = kHalf + col <= row ? tf32_operand(qd1[f]) : 0.0f;
     }
   } else {
-    intra_warp_hier(a, sm, tok0, h, nvalid, kb, qb, rq, rk, sqk);
+    intra_warp_hier<kRoll>(a, sm, tok0, h, nvalid, qv, kv, kb, qb, rq, rk, sqk);
   }
   __syncwarp();
   // The record: [Tb kC x kC][A_qk kC x kC][rq kC][rk kC].
@@ -457,7 +473,7 @@ __global__ void __launch_bounds__(32 * kIntraWarps, kIntraWarpCtasPerSm)
   int nvalid;
   slot_chunk(a, slot, tok0, nvalid);
   if (nvalid == 0) return;
-  intra_warp_chunk<kBounded>(a, sm.w[warp], chunk_ws(a, slot, hv), hv, tok0, nvalid);
+  intra_warp_chunk<kBounded, true>(a, sm.w[warp], chunk_ws(a, slot, hv), hv, tok0, nvalid);
 }
 
 // One chunk of the streamed kernel, then its count: a __syncwarp orders the whole warp's record
@@ -468,7 +484,7 @@ __global__ void __launch_bounds__(32 * kIntraWarps, kIntraWarpCtasPerSm)
 template <bool kBounded>
 __device__ __forceinline__ void intra_warp_streamed_chunk(const PrefillArgs& a, IntraWarpSmem& sm,
                                                        const IntraTile& x) {
-  intra_warp_chunk<kBounded>(a, sm, chunk_ws(a, x.slot, x.hv), x.hv, x.tok0, x.nvalid);
+  intra_warp_chunk<kBounded, false>(a, sm, chunk_ws(a, x.slot, x.hv), x.hv, x.tok0, x.nvalid);
   __syncwarp();
   if ((threadIdx.x & 31) == 0) device::red_release_add(&a.ready[x.counter], 1u);
 }
