@@ -115,7 +115,7 @@ TEST(PrefillPlan, BenchmarkShapesOnH200) {
 }
 
 // The same rows with the softplus gate (FASTKDA_BENCH_GATE=softplus): the intra kernels' binary
-// anchor split (intra_warp_hier, session 34) costs ~0.92 SM-us per grid tile and ~0.9 streamed
+// anchor split (intra_warp_hier, session 34) costs ~0.86 SM-us per grid tile and ~0.9 streamed
 // (0.57 / 0.58 for the bounded gate's two anchors), so the keepers make less of the tiles and the
 // non-keepers retire later (H96 T8192 at 41 % of its tiles; 40 % measured best of 20-65 %), H64
 // T8192 runs the two kernels at vsplit 2 (0.698 ms against 0.744 streamed at vsplit 1), and the

@@ -130,7 +130,9 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
   // The softplus and pre-gated gates' warp kernel (intra_warp_hier, session 34; sessions 18-33 a
   // 4-warp kernel with exact rows, last fitted at 1.43 grid / 1.6 streamed SM-us per tile,
   // bench/results/2026-11-30_s33): its tiles cost the same whatever the decays. Nsight Compute,
-  // H96 T8192 softplus, two kernels: 341 us for 49152 tiles, ~0.92 SM-us per grid tile. Retire
+  // H96 T8192 softplus, two kernels: 341 us for 49152 tiles, ~0.92 SM-us per grid tile; 320 us,
+  // ~0.86, with the grid kernel's k steps rolled (intra_warp_hier<true>; no plan of the twelve
+  // softplus benchmark rows changes between 0.92 and 0.86, 60 of the 1188-shape grid do). Retire
   // sweep (bench/results/2026-11-30_s34): H96 T8192 softplus 1.037 / 0.995 / 0.955 / 0.912 /
   // 0.875 / 0.896 / 0.935 / 0.960 ms at 20 / 25 / 30 / 35 / 40 / 46 / 58 / 65 % of the tiles,
   // 0.895 at 38 and 44; a streamed tile at 0.9 SM-us puts it at 41 % (0.886 ms). Beside split T's
@@ -140,7 +142,7 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
   // 32), while the H32 splits gain beside it (T16384 / T65536 softplus 0.874 / 3.236 ms against
   // 0.917 / 3.45 after the grid); 0.97 keeps H8 after the grid and H32 T16384 at 152 / 416 chunks
   // (0.881 ms against 0.893 for the 148 / 432 of 1.0).
-  constexpr double kIntraTileUs = 0.57, kStreamedTileUs = 0.58, kHierTileUs = 0.92,
+  constexpr double kIntraTileUs = 0.57, kStreamedTileUs = 0.58, kHierTileUs = 0.86,
                    kHierStreamedTileUs = 0.9, kHierSplitTileUs = 0.97, kStreamedScan = 1.025;
   // SM-us per tile of the grid and of the streamed intra kernel (beside the unsplit scan, and
   // beside split T's segment 0): the bounded gate's two anchors, or the other gates' binary split
