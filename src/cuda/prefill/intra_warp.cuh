@@ -205,7 +205,8 @@ __device__ __forceinline__ void intra_warp_hier(const PrefillArgs& a, IntraWarpS
 // One chunk (tok0 .. tok0 + nvalid - 1 of value head hv) by this warp: the record (Tb, A_qk, rq,
 // rk) to ws. kBounded: a.gate == Gate::kBounded (two anchors, see above); otherwise the softplus
 // or pre-gated gate, whose decays may span far more than kMaxAnchorSpan inside an 8-row block:
-// the products then split each pair at an anchor between its two tokens (intra_warp_hier above).
+// the products then split each pair at an anchor between its two tokens (intra_warp_hier above;
+// kRoll: its k steps as a loop, the grid kernel's form).
 template <bool kBounded, bool kRoll>
 __device__ __forceinline__ void intra_warp_chunk(const PrefillArgs& a, IntraWarpSmem& sm,
                                                  float* ws, int hv, int64_t tok0, int nvalid) {
