@@ -7,9 +7,7 @@
 
 #include <gtest/gtest.h>
 
-#include <cstddef>
 #include <cstdint>
-#include <iterator>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -57,7 +55,7 @@ std::string describe(const Plan& q) {
          std::to_string(q.persistent) + ", slot_map " + std::to_string(q.slot_map);
 }
 
-// The expected plans of the benchmark rows (BenchmarkShapesOnH200, SoftplusBenchmarkShapesOnH200).
+// The expected plans of the benchmark rows (BenchmarkShapesOnH200).
 Plan unsplit(int vsplit) {
   Plan q;
   q.vsplit = vsplit;
@@ -81,65 +79,48 @@ Plan split(int seg, int seg0, bool stream, int64_t tiles) {
   if (stream) q.streamed = true, q.intra_tiles = tiles, q.keep_sms = kH200Sms - 32;
   return q;
 }
-struct BenchRow {
-  const char* name;
-  ForwardParams p;
-  Plan want;
-};
-void expect_plans(const BenchRow* rows, size_t n) {
-  for (size_t i = 0; i < n; ++i) {
-    Plan want = rows[i].want;
-    want.sms = kH200Sms;
-    EXPECT_EQ(describe(plan_of(rows[i].p)), describe(want)) << rows[i].name;
-  }
-}
-
-// The twelve benchmark rows (tests/gpu/test_prefill_bench.cpp, bounded gate). A change of any of
-// these plans changes a benchmarked time: re-measure the row and update BENCHMARKS.md with it.
+// The twelve benchmark rows (tests/gpu/test_prefill_bench.cpp) with the bounded gate and with the
+// softplus gate (FASTKDA_BENCH_GATE=softplus). A change of any of these plans changes a
+// benchmarked time: re-measure the row and update BENCHMARKS.md with it. The softplus gate's
+// intra kernel (intra_warp_hier, the binary anchor split, session 34) costs ~0.86 SM-us per grid
+// tile and ~0.9 streamed (0.57 / 0.58 for the bounded gate's two anchors), so the keepers make
+// less of the tiles and the non-keepers retire later (H96 T8192 at 41 % of its tiles; 40 %
+// measured best of 20-65 %), H64 T8192 runs the two kernels at vsplit 2 (0.698 ms against 0.744
+// streamed at vsplit 1), and the split of H8 T65536 stays after the intra grid (beside the
+// streamed kernel 1.097 ms against 1.074; the split's keepers are costed at 0.97).
 TEST(PrefillPlan, BenchmarkShapesOnH200) {
-  const BenchRow rows[] = {
-      {"H96 fixed T8192", shape(8192, 96), streamed(unsplit(1), 512 * 96, 36, 4201)},
-      {"H96 varlen six", shape(8192, 96, 6, true), varlen_rows(unsplit(1), false)},
-      {"H96 varlen 1024x8", shape(8192, 96, 8, true), varlen_rows(unsplit(1), false)},
-      {"H64 fixed T8192", shape(8192, 64), unsplit(2)},
-      {"H64 varlen six", shape(8192, 64, 6, true), varlen_rows(unsplit(1), false)},
-      {"H64 varlen 1024x8", shape(8192, 64, 8, true), varlen_rows(unsplit(1), false)},
-      {"H32 T4096", shape(4096, 32), streamed(unsplit(2), 256 * 32, 68, 0)},
-      {"H32 T16384", shape(16384, 32), split(168, 352, true, 1024 * 32)},
-      {"H32 T65536", shape(65536, 32), split(668, 1424, true, 4096 * 32)},
-      {"H8 T65536", shape(65536, 8), split(236, 332, false, 0)},
-      {"H4 T65536", shape(65536, 4), split(120, 168, false, 0)},
-      {"64 x 128, H32", shape(8192, 32, 64, true), varlen_rows(unsplit(1), true)},
+  struct Row {
+    const char* name;
+    int64_t T, HV, num_seq;
+    bool varlen;
+    Plan bounded, softplus;
   };
-  expect_plans(rows, std::size(rows));
-}
-
-// The same rows with the softplus gate (FASTKDA_BENCH_GATE=softplus): the intra kernels' binary
-// anchor split (intra_warp_hier, session 34) costs ~0.86 SM-us per grid tile and ~0.9 streamed
-// (0.57 / 0.58 for the bounded gate's two anchors), so the keepers make less of the tiles and the
-// non-keepers retire later (H96 T8192 at 41 % of its tiles; 40 % measured best of 20-65 %), H64
-// T8192 runs the two kernels at vsplit 2 (0.698 ms against 0.744 streamed at vsplit 1), and the
-// split of H8 T65536 stays after the intra grid (beside the streamed kernel 1.097 ms against
-// 1.074; the split's keepers are costed at 0.97).
-TEST(PrefillPlan, SoftplusBenchmarkShapesOnH200) {
-  auto sp = [](int64_t T, int64_t hv, int64_t num_seq = 1, bool varlen = false) {
-    return shape(T, hv, num_seq, varlen, GateMode::kSoftplus);
+  const Plan longest = varlen_rows(unsplit(1), false), short64 = varlen_rows(unsplit(1), true);
+  const Row rows[] = {
+      {"H96 fixed T8192", 8192, 96, 1, false, streamed(unsplit(1), 512 * 96, 36, 4201),
+       streamed(unsplit(1), 512 * 96, 36, 20184)},
+      {"H96 varlen six", 8192, 96, 6, true, longest, longest},
+      {"H96 varlen 1024x8", 8192, 96, 8, true, longest, longest},
+      {"H64 fixed T8192", 8192, 64, 1, false, unsplit(2), unsplit(2)},
+      {"H64 varlen six", 8192, 64, 6, true, longest, longest},
+      {"H64 varlen 1024x8", 8192, 64, 8, true, longest, longest},
+      {"H32 T4096", 4096, 32, 1, false, streamed(unsplit(2), 256 * 32, 68, 0),
+       streamed(unsplit(2), 256 * 32, 68, 0)},
+      {"H32 T16384", 16384, 32, 1, false, split(168, 352, true, 1024 * 32),
+       split(152, 416, true, 1024 * 32)},
+      {"H32 T65536", 65536, 32, 1, false, split(668, 1424, true, 4096 * 32),
+       split(604, 1680, true, 4096 * 32)},
+      {"H8 T65536", 65536, 8, 1, false, split(236, 332, false, 0), split(236, 332, false, 0)},
+      {"H4 T65536", 65536, 4, 1, false, split(120, 168, false, 0), split(120, 168, false, 0)},
+      {"64 x 128, H32", 8192, 32, 64, true, short64, short64},
   };
-  const BenchRow rows[] = {
-      {"H96 fixed T8192", sp(8192, 96), streamed(unsplit(1), 512 * 96, 36, 20184)},
-      {"H96 varlen six", sp(8192, 96, 6, true), varlen_rows(unsplit(1), false)},
-      {"H96 varlen 1024x8", sp(8192, 96, 8, true), varlen_rows(unsplit(1), false)},
-      {"H64 fixed T8192", sp(8192, 64), unsplit(2)},
-      {"H64 varlen six", sp(8192, 64, 6, true), varlen_rows(unsplit(1), false)},
-      {"H64 varlen 1024x8", sp(8192, 64, 8, true), varlen_rows(unsplit(1), false)},
-      {"H32 T4096", sp(4096, 32), streamed(unsplit(2), 256 * 32, 68, 0)},
-      {"H32 T16384", sp(16384, 32), split(152, 416, true, 1024 * 32)},
-      {"H32 T65536", sp(65536, 32), split(604, 1680, true, 4096 * 32)},
-      {"H8 T65536", sp(65536, 8), split(236, 332, false, 0)},
-      {"H4 T65536", sp(65536, 4), split(120, 168, false, 0)},
-      {"64 x 128, H32", sp(8192, 32, 64, true), varlen_rows(unsplit(1), true)},
-  };
-  expect_plans(rows, std::size(rows));
+  for (const Row& r : rows)
+    for (const GateMode gate : {GateMode::kBounded, GateMode::kSoftplus}) {
+      Plan want = gate == GateMode::kBounded ? r.bounded : r.softplus;
+      want.sms = kH200Sms;
+      EXPECT_EQ(describe(plan_of(shape(r.T, r.HV, r.num_seq, r.varlen, gate))), describe(want))
+          << r.name << ", " << fastkda::to_string(gate);
+    }
 }
 
 // What the launches rely on, for every plan of a grid of shapes, gates and SM counts (H100 PCIe
