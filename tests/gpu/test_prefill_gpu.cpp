@@ -357,6 +357,40 @@ TEST(PrefillGpu, CausalBitForBit) {
   }
 }
 
+// The unsplit wgmma scan's f16 operands (scan.cuh WarpScale): inputs scaled far from the unit
+// range move each warp's scale of S^T off 2^0 (v x 2^12: the bound passes 2^14 within the first
+// chunks; v and the initial state x 2^-16: it stays under 2^-4; an initial state x 2^20: it starts
+// past 2^14, then decays), at both wgmma value splits (kVs = 128, 64), with boundary states.
+// The errors are relative, so the bounds are the usual ones. Causality under a moving scale: the
+// rows after t0 change the bound of their chunk, and the scale of the next ones only.
+TEST(PrefillGpu, F16ScaledState) {
+  FASTKDA_REQUIRE_GPU();
+  struct Scaling {
+    const char* what;
+    float v, init;
+  };
+  for (const char* vs : {"1", "2"}) {
+    ScopedEnv env("FASTKDA_PREFILL_VSPLIT", vs);
+    for (const Scaling& sc : {Scaling{"v x 2^12", 0x1p12f, 1.0f},
+                              Scaling{"v, init x 2^-16", 0x1p-16f, 0x1p-16f},
+                              Scaling{"init x 2^20", 1.0f, 0x1p20f},
+                              Scaling{"init x 2^20, v x 2^-12", 0x1p-12f, 0x1p20f}}) {
+      Case c;
+      c.T = 300, c.H = 1, c.HV = 2, c.boundary = true;
+      Problem p(c);
+      for (size_t i = 0; i < p.v.size(); ++i) p.v.set(i, p.v.get(i) * sc.v);
+      for (size_t i = 0; i < p.init_state.size(); ++i)
+        p.init_state.set(i, p.init_state.get(i) * sc.init);
+      check_against_oracle(p, (std::string(sc.what) + ", vsplit " + vs).c_str());
+    }
+  }
+  Case c;
+  c.T = 100;
+  Problem p(c);
+  for (size_t i = 0; i < p.v.size(); ++i) p.v.set(i, p.v.get(i) * 0x1p12f);
+  check_causal(p, 37, "v x 2^12");
+}
+
 // A NaN gate stays visible (the per-token decay floor is a max.NaN, tf32 operands are rounded by
 // cvt.rn, which keeps NaN): one NaN raw gate entry at token t, head 0, key column 5 makes every
 // output of head 0 from token t on and its whole final state NaN (a NaN decay column reaches every

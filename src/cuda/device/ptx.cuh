@@ -61,6 +61,18 @@ __device__ __forceinline__ void stmatrix_x4_trans(const void* row, uint32_t r0, 
                : "memory");
 }
 
+// f16x2 of (first, second), round to nearest even; first in the low half.
+__device__ __forceinline__ uint32_t pack_f16x2(float first, float second) {
+  uint32_t r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(second), "f"(first));
+  return r;
+}
+__device__ __forceinline__ uint16_t f16_rn(float x) {
+  uint16_t r;
+  asm("cvt.rn.f16.f32 %0, %1;\n" : "=h"(r) : "f"(x));
+  return r;
+}
+
 // Split-bf16 pair: x = hi + lo + O(2^-17 |x|), hi = bf16(x), lo = bf16(x - hi). A product from
 // hi.hi + hi.lo + lo.hi has ~16 significant bits (tf32: 11).
 __device__ __forceinline__ void split_bf16x2(float x0, float x1, uint32_t& hi, uint32_t& lo) {

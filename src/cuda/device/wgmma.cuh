@@ -8,7 +8,7 @@
 //   D (64 x N, f32):  d[4 i + 0] (g, 8 i + 2 t), d[4 i + 1] (g, 8 i + 2 t + 1),
 //                     d[4 i + 2] (g + 8, 8 i + 2 t), d[4 i + 3] (g + 8, 8 i + 2 t + 1)
 //   A, tf32 k8:       a0 (g, t), a1 (g + 8, t), a2 (g, t + 4), a3 (g + 8, t + 4)
-//   A, bf16 k16:      a0 (g, 2t | 2t + 1), a1 (g + 8, 2t | 2t + 1), a2 (g, 2t + 8 | 2t + 9),
+//   A, bf16 / f16 k16: a0 (g, 2t | 2t + 1), a1 (g + 8, 2t | 2t + 1), a2 (g, 2t + 8 | 2t + 9),
 //                     a3 (g + 8, 2t + 8 | 2t + 9)   (low half = lower k)
 // B (N x K, "K-major": k contiguous), no swizzle: core matrices of 8 rows (n) x 16 bytes (k),
 // each 128 contiguous bytes (row r at +16 r); core matrix (n / 8, k-group) at
@@ -107,6 +107,34 @@ __device__ __forceinline__ void wgmma_m64n128k16_bf16_rs(float (&d)[64], const u
         "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
         "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
         "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(desc_b.lo), "r"(desc_b.hi),
+        "r"(int(accumulate)));
+}
+
+
+// D(64 x 32) (+)= A(64 x 16, f16, registers) * B(16 x 32, f16, smem K-major).
+__device__ __forceinline__ void wgmma_m64n32k16_f16_rs(float (&d)[16], const uint32_t (&a)[4],
+                                                       SmemDesc desc_b, bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\n.reg .b64 desc;\nsetp.ne.b32 p, %22, 0;\nmov.b64 desc, {%20, %21};\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+      "{%16, %17, %18, %19}, desc, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(desc_b.lo), "r"(desc_b.hi),
+        "r"(int(accumulate)));
+}
+// D(64 x 16) (+)= A(64 x 16, f16, registers) * B(16 x 16, f16, smem K-major).
+__device__ __forceinline__ void wgmma_m64n16k16_f16_rs(float (&d)[8], const uint32_t (&a)[4],
+                                                       SmemDesc desc_b, bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\n.reg .b64 desc;\nsetp.ne.b32 p, %14, 0;\nmov.b64 desc, {%12, %13};\n"
+      "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, desc, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(desc_b.lo), "r"(desc_b.hi),
         "r"(int(accumulate)));
 }

@@ -16,6 +16,9 @@ constexpr int kHalf = 8;  // sub-block: rows 8..15 of a chunk are anchored at ro
 // Chunks per boundary-state interval (ForwardParams::kBoundaryInterval = 64 tokens, checked in
 // launch.cu): the scan stores S before every chunk c with c % kBoundaryChunks == 0.
 constexpr int kBoundaryChunks = 4;
+// The f16-operand scan's bound on its state rows is tightened every kBoundTighten chunks (a
+// multiple of kBoundaryChunks: scan.cuh WarpScale).
+constexpr int kBoundTighten = 4 * kBoundaryChunks;
 
 constexpr int kPrepWarps = 4;                  // warps per prepare group
 constexpr int kPrepThreads = 32 * kPrepWarps;  // one thread per key column in the gate scan
@@ -278,6 +281,16 @@ constexpr uint32_t kWgLbo = 128;  // K-adjacent core matrices (A_qk^T, ke)
 // (lane = (token g, key pair t)) stay conflict-free.
 constexpr uint32_t kWgLboKeys = 144;
 constexpr uint32_t kWgSboKeys = kWgLboKeys * 32;  // W, qs: N = 16 tokens, K = 128 keys (32 groups)
+// kw / qs as f16 (the unsplit scan with f16 operands, scan_chunk_wg<.., true>): n = token, k = key,
+// K-major in the natural key order (the accumulator S^T is the A operand as it is), qs at tokens
+// 16..31 of the same array `w`; 8 tokens x 16 k-groups of 8 keys per SBO (LBO 144: conflict-free
+// 2-byte stores of 32 consecutive keys).
+constexpr uint32_t kWgSboKeysH = kWgLboKeys * 16;
+__host__ __device__ constexpr int wg_f16_offset(int n, int k) {
+  return int((n / 8) * kWgSboKeysH + (k / 8) * kWgLboKeys) + (n % 8) * 16 + (k % 8) * 2;
+}
+static_assert(wg_f16_offset(2 * kC - 1, kK - 1) + 2 <= int(2 * kWgSboKeys),
+              "kw and qs as f16 fit the tf32 kw array");
 constexpr uint32_t kWgSboTok = 128 * 4;    // A_qk^T: N = 16 tokens, K = 16 tokens (tf32)
 constexpr uint32_t kWgSboKe = 128 * 2;     // ke: N = 128 keys, K = 16 tokens (bf16)
 __host__ __device__ constexpr int wg_slot(int k) {

@@ -172,12 +172,12 @@ int sm_count(int device) {
 // pdl: launched with programmatic stream serialization (right behind the intra kernel, which lets
 // it start early; prefill_kernel waits for the intra kernel's completion before reading the
 // workspace).
-template <int kVs, prefill_cuda::Pass kPass>
+template <int kVs, prefill_cuda::Pass kPass, bool kF16 = false>
 void launch(const PrefillArgs& a, int64_t ctas, bool pdl, cudaStream_t stream) {
   constexpr size_t smem = prefill_cuda::shared_bytes<kVs>();
   constexpr int threads =
       prefill_cuda::block_threads<kVs, prefill_cuda::kPairLayout<kPass>>();
-  auto* kernel = prefill_cuda::prefill_kernel<kVs, kPass>;
+  auto* kernel = prefill_cuda::prefill_kernel<kVs, kPass, kF16>;
   FASTKDA_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   cudaLaunchConfig_t config{};
@@ -203,14 +203,29 @@ void launch_with_smem(void (*kernel)(PrefillArgs), dim3 grid, int threads, size_
   FASTKDA_CUDA_CHECK(cudaGetLastError());
 }
 
+// The unsplit wgmma scan takes f16 operands for P^T and O^T where its state rows have a bound
+// (scan.cuh WarpScale): l2norm'd keys, beta <= 2 (sigmoid or 2 sigmoid) and a gate <= 0 (bounded
+// or softplus; pre-gated decays are the caller's). Split T keeps tf32.
+bool f16_operands(const PrefillArgs& a) {
+  return a.l2norm && a.beta_act != prefill_cuda::BetaAct::kGiven &&
+         a.gate != prefill_cuda::Gate::kPreGated;
+}
+
 template <prefill_cuda::Pass kPass>
 void launch_scan(const PrefillArgs& a, int64_t ctas, bool pdl, cudaStream_t stream) {
+  constexpr bool kWhole = kPass == prefill_cuda::Pass::kWhole;
   switch (a.vsplit) {
     case 1:
-      launch<128, kPass>(a, ctas, pdl, stream);
+      if (kWhole && f16_operands(a))
+        launch<128, kPass, kWhole>(a, ctas, pdl, stream);
+      else
+        launch<128, kPass>(a, ctas, pdl, stream);
       break;
     case 2:
-      launch<64, kPass>(a, ctas, pdl, stream);
+      if (kWhole && f16_operands(a))
+        launch<64, kPass, kWhole>(a, ctas, pdl, stream);
+      else
+        launch<64, kPass>(a, ctas, pdl, stream);
       break;
     default:
       launch<32, kPass>(a, ctas, pdl, stream);

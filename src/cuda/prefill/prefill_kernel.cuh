@@ -154,7 +154,7 @@ __device__ __forceinline__ ScanJob job_of(const PrefillArgs& a, int64_t cta) {
 // used before (f >= kStages) is written only after the scan released it. The transition pass
 // skips qs and A_qk (no outputs), and U for transition rows.
 // `phases`: bit b is the parity of the next completion of raw_full[p][b] (carried across jobs).
-template <int kVs, Pass kPass, int kGroups = prep_groups<kVs>()>
+template <int kVs, Pass kPass, int kGroups = prep_groups<kVs>(), bool kF16 = false>
 __device__ __forceinline__ void prepare_job(const PrefillArgs& a, SharedPlan<kVs>& sm, int p,
                                             const ScanJob& job, int first, int flat0,
                                             uint32_t& phases) {
@@ -201,14 +201,14 @@ __device__ __forceinline__ void prepare_job(const PrefillArgs& a, SharedPlan<kVs
     if (nvalid_of(c) < kC) zero_tail(a, raw, nvalid_of(c), i);  // the last chunk of a sequence
 
     float Gr[kC];  // per thread (column): its own column of g
-    gate_cumsum(a, raw, nvalid_of(c), bias, A, i, kG0, Gr);
+    gate_cumsum(a, raw, nvalid_of(c), bias, A, i, kG0<kF16>, Gr);
     // The group meets before waiting for the scan: the zeros of zero_tail are visible to the
     // group's products, and compute-sanitizer racecheck sees the scan's reads of stage p ordered
     // before these writes (with the Empty wait alone it reports hazards on every stage write).
     device::bar_sync(bar_prep, kPrepThreads);
     if (f >= kStages)  // the scan is done with stage st (chunk f - kStages, slot of that chunk)
       device::bar_sync(Bar::kEmpty0 + (f - kStages) % kSlots, kThreads);
-    scan_operands(a, raw, sb, i, Gr, kOutputs, with_u);
+    scan_operands<kVs, kF16>(a, raw, sb, i, Gr, kOutputs, with_u);
     // The wgmma scan reads the stage through the async proxy: order these generic writes first.
     if constexpr (uses_wgmma<kVs>()) device::fence_proxy_async_shared();
     // The group's writes of stage p are complete before any of its threads signals the scan
@@ -248,7 +248,7 @@ __device__ __forceinline__ float4 (*key_exchange(SharedPlan<kVs>& sm, int p))[2]
 // The scan of one job: chunk f of the CTA's sequence of chunks (prepare_job) is read from stage
 // f % kStages and released if a later chunk (f + kStages < total) will be written there
 // (total < 0: this job is the CTA's only one).
-template <int kVs, Pass kPass, int kGroups = prep_groups<kVs>()>
+template <int kVs, Pass kPass, int kGroups = prep_groups<kVs>(), bool kF16 = false>
 __device__ __forceinline__ void scan_job(const PrefillArgs& a, SharedPlan<kVs>& sm,
                                          const ScanJob& job, int& flat, int total) {
   if (total < 0) total = flat + job.c1 - job.c0;  // the CTA's only job
@@ -273,6 +273,9 @@ __device__ __forceinline__ void scan_job(const PrefillArgs& a, SharedPlan<kVs>& 
   // wgmma: S is an accumulator from here on; defined in uniform code, so that ptxas need not
   // serialise the wgmma chain around the (data-dependent) loads above.
   if constexpr (uses_wgmma<kVs>()) device::wgmma_fence_operands(reinterpret_cast<float(&)[64]>(S));
+  // f16 operands: S^T held scaled by 2^sigma per warp (scan.cuh WarpScale), sigma 0 to start.
+  WarpScale sc{0.0f, 1.0f, 1.0f, 0};
+  if constexpr (kF16) sc.bound = state_bound(S, 1.0f);
 
   // Boundary states: before chunk c = kBoundaryChunks * j, S is the state before token 64 j of
   // the sequence -> row base + j, j < bnd_rows. Rows >= num_boundary_states are skipped (device
@@ -298,7 +301,13 @@ __device__ __forceinline__ void scan_job(const PrefillArgs& a, SharedPlan<kVs>& 
       const StateRef dst{
           bnd + int64_t(c / kBoundaryChunks) * a.HV * matrix * (a.boundary_f32 ? 4 : 2),
           a.boundary_f32, a.k_first};
-      store_state(dst, row, k0, S);
+      store_state(dst, row, k0, S, sc.down);
+    }
+    // f16 operands: the bound tightened from S' itself every kBoundTighten chunks (the per-chunk
+    // growth it adds up ignores the decay).
+    if constexpr (kF16) {
+      if (__any_sync(0xffffffffu, c > job.c0 && c % kBoundTighten == 0))
+        sc.bound = fminf(sc.bound, state_bound(S, sc.down));
     }
     const int c_next = (c / kBoundaryChunks + 1) * kBoundaryChunks;
     const int c_end = c_next < c1 ? c_next : c1;
@@ -310,7 +319,8 @@ __device__ __forceinline__ void scan_job(const PrefillArgs& a, SharedPlan<kVs>& 
           int(eos - (bos + int64_t(c) * kC) < kC ? eos - (bos + int64_t(c) * kC) : kC);
       uint16_t* const out_c = out_rows + int64_t(c) * kC * a.out_stride;
       if constexpr (uses_wgmma<kVs>())
-        scan_chunk_wg<kVs, kOutputs>(a, sm.scan[st], sm.ostage[ws], S, vc, out_c, nvalid, with_u);
+        scan_chunk_wg<kVs, kOutputs, kF16>(a, sm.scan[st], sm.ostage[ws], S, vc, out_c, nvalid,
+                                           with_u, &sc);
       else
         scan_chunk<kVs, kOutputs>(a, sm.scan[st], sm.ostage[ws], S, vc, out_c, nvalid, with_u, kh,
                                   key_exchange(sm, vc / 16), flat & 1);
@@ -324,7 +334,7 @@ __device__ __forceinline__ void scan_job(const PrefillArgs& a, SharedPlan<kVs>& 
     else
       store_state(job.end, row, k0, S);
   } else if (job.end.ptr) {
-    store_state(job.end, row, k0, S);
+    store_state(job.end, row, k0, S, sc.down);
   }
 }
 
@@ -357,10 +367,13 @@ __device__ __forceinline__ void scan_pair_job(SharedPlan<128>& sm, const ScanJob
 // One instantiation per pass, so that the unsplit scan carries none of the split-T branches.
 // CTA b does jobs b, b + gridDim.x, ... (one each unless the launcher chose a persistent grid);
 // both roles walk the same jobs, so they agree on the sequence of chunks without talking.
-template <int kVs, Pass kPass>
+// kF16: the unsplit wgmma scan with f16 operands for P^T and O^T (scan.cuh WarpScale).
+template <int kVs, Pass kPass, bool kF16 = false>
 __global__ void __launch_bounds__(block_threads<kVs, kPairLayout<kPass>>(), 1)
     prefill_kernel(const __grid_constant__ PrefillArgs a) {
   static_assert(kPass != Pass::kPairs || kVs == 128, "pairs at vsplit 1 only");
+  static_assert(!kF16 || (kPass == Pass::kWhole && uses_wgmma<kVs>()),
+                "f16 operands in the unsplit wgmma scan only");
   extern __shared__ __align__(128) unsigned char smem_bytes[];
   auto& sm = *reinterpret_cast<SharedPlan<kVs>*>(smem_bytes);
   constexpr int kGroups = prep_groups<kVs, kPairLayout<kPass>>();
@@ -399,7 +412,7 @@ __global__ void __launch_bounds__(block_threads<kVs, kPairLayout<kPass>>(), 1)
       if ((kPass == Pass::kTransitions || kPass == Pass::kFirst) && job.outputs)
         prepare_job<kVs, Pass::kOutputs>(a, sm, p, job, first, flat, phases);  // pass 2's code
       else  // (first_out, job_of); a pair job's stage is the value rows' (v^T) without outputs
-        prepare_job<kVs, kPass == Pass::kPairs ? Pass::kTransitions : kPass, kGroups>(
+        prepare_job<kVs, kPass == Pass::kPairs ? Pass::kTransitions : kPass, kGroups, kF16>(
             a, sm, p, job, first, flat, phases);
       flat += job.c1 - job.c0;
     }
@@ -428,7 +441,7 @@ __global__ void __launch_bounds__(block_threads<kVs, kPairLayout<kPass>>(), 1)
       } else if ((kPass == Pass::kTransitions || kPass == Pass::kFirst) && job.outputs) {
         scan_job<kVs, Pass::kOutputs>(a, sm, job, flat, total);
       } else {
-        scan_job<kVs, kPass>(a, sm, job, flat, total);
+        scan_job<kVs, kPass, prep_groups<kVs>(), kF16>(a, sm, job, flat, total);
       }
     }
   }

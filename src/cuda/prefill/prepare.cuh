@@ -214,19 +214,22 @@ __device__ __forceinline__ void tb_products(const RawStage<kVs>& r, ScanStage<kV
 }
 
 // Where the prepare's cumulative decay G starts (gate_cumsum): kw and qs (and so W = Tb kw) are
-// truncated tf32 operands that carry 1 + kTruncBias (common.cuh).
-constexpr float kG0 = kTruncBiasLog2;
+// truncated tf32 operands that carry 1 + kTruncBias (common.cuh); as f16 operands (kF16: the
+// unsplit wgmma scan, scan.cuh WarpScale) they are rounded to nearest and carry nothing.
+template <bool kF16>
+constexpr float kG0 = kF16 ? 0.0f : kTruncBiasLog2;
 
 // Thread i (key column i): qs, ke, decay, kw = k^ . 2^G (into sb.w) and A_qk entries i, i + 128;
 // then its warp forms -W and U with tensor cores (tb_products; the wgmma stage: copies of Tb and
 // v^T instead, copy_tb_vt). The split-T transition pass skips
 // qs and A_qk (no outputs) and, for its identity rows, U.
-template <int kVs>
+template <int kVs, bool kF16 = false>
 __device__ __forceinline__ void scan_operands(const PrefillArgs& a, const RawStage<kVs>& r,
                                               ScanStageOf<kVs>& sb, int i, const float (&Gr)[kC],
                                               bool outputs, bool with_u) {
   using device::ex2_approx;
   constexpr bool kWg = uses_wgmma<kVs>();
+  static_assert(!kF16 || kWg, "f16 operands on the wgmma scan only");
   const float g15 = Gr[kC - 1];
   float ke[kC];  // f32, split into bf16 hi + lo below
   RowNorms rk{r.rk}, rq{r.rq};
@@ -235,16 +238,18 @@ __device__ __forceinline__ void scan_operands(const PrefillArgs& a, const RawSta
     const float kn = bf16_bits_to_f32(r.k[row][i]) * rk(row);
     const float qn = bf16_bits_to_f32(r.q[row][i]) * rq(row);  // rq includes the scale
     const float e0 = ex2_approx(Gr[row]);  // 2^G <= 1 + kTruncBias
-    if constexpr (kWg)  // kw as the scan's tf32 operand (it forms S^T kw^T), truncated
+    if constexpr (kF16) {  // kw and qs as f16 operands, rounded to nearest (wg_f16_offset)
+      *reinterpret_cast<uint16_t*>(sb.w + wg_f16_offset(row, i)) = device::f16_rn(kn * e0);
+      if (outputs)
+        *reinterpret_cast<uint16_t*>(sb.w + wg_f16_offset(kC + row, i)) = device::f16_rn(qn * e0);
+    } else if constexpr (kWg) {  // kw as the scan's tf32 operand (it forms S^T kw^T), truncated
       *reinterpret_cast<float*>(sb.w + wg_tf32_offset(row, i, kWgSboKeys, kWgLboKeys)) = kn * e0;
-    else
-      sb.w[row][i] = kn * e0;  // kw, f32; tb_products turns it into -W
-    if (outputs) {  // truncated, as kw
-      if constexpr (kWg)
+      if (outputs)  // truncated, as kw
         *reinterpret_cast<float*>(sb.qs + wg_tf32_offset(row, i, kWgSboKeys, kWgLboKeys)) =
             qn * e0;
-      else
-        sb.qs[row][i] = qn * e0;
+    } else {
+      sb.w[row][i] = kn * e0;  // kw, f32; tb_products turns it into -W
+      if (outputs) sb.qs[row][i] = qn * e0;
     }
     ke[row] = kn * ex2_approx(g15 - Gr[row]);
   }
@@ -269,7 +274,7 @@ __device__ __forceinline__ void scan_operands(const PrefillArgs& a, const RawSta
           make_uint4(ke_lo[q], ke_lo[q + 4], ke_lo[q + 1], ke_lo[q + 5]);
     }
   }
-  sb.decay[i] = ex2_approx(g15 - kG0);  // 2^G_C without the operands' factor
+  sb.decay[i] = ex2_approx(g15 - kG0<kF16>);  // 2^G_C without the operands' factor
   if (outputs) {
 #pragma unroll
     for (int e = i; e < kC * kC; e += kPrepThreads) {

@@ -84,7 +84,7 @@ __device__ __forceinline__ void prefetch_state_slice(StateRef src, int row0, int
 // transitions M_j, which the combine then copies to shared memory as they are).
 template <bool kCombineLayout = false, int kTilesK>
 __device__ __forceinline__ void store_state(StateRef dst, int row, int k0,
-                                            const float (&S)[kTilesK][4]) {
+                                            const float (&S)[kTilesK][4], float scale = 1.0f) {
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   void* base = const_cast<void*>(dst.ptr);
 #pragma unroll
@@ -94,10 +94,11 @@ __device__ __forceinline__ void store_state(StateRef dst, int row, int k0,
       const int v = row + g + (f >= 2 ? 8 : 0), key = k0 + 8 * j + 2 * t + (f & 1);
       const int64_t off =
           kCombineLayout ? combine_m_offset(v, key) : state_elem(dst.k_first, v, key);
+      const float x = S[j][f] * scale;  // S^T 2^-sigma for a scaled state (WarpScale), else exact
       if (dst.f32)
-        static_cast<float*>(base)[off] = S[j][f];
+        static_cast<float*>(base)[off] = x;
       else
-        static_cast<uint16_t*>(base)[off] = __bfloat16_as_ushort(__float2bfloat16_rn(S[j][f]));
+        static_cast<uint16_t*>(base)[off] = __bfloat16_as_ushort(__float2bfloat16_rn(x));
     }
 }
 
@@ -307,6 +308,54 @@ __device__ __forceinline__ void scan_chunk(const PrefillArgs& a, const ScanStage
   }
 }
 
+// The unsplit wgmma scan with f16 operands for P^T and O^T (kF16: the launcher's choice with
+// l2norm'd keys, beta <= 2 and a gate <= 0; session 35: -2.6 to -3.8 % on its rows). f16 keeps
+// tf32's 11 significant bits but overflows at 65504, so each warp holds its 16 rows of S^T as
+// S' = S^T 2^sigma with sigma from a bound on their norms: the delta rule's step
+// (I - beta k k^T) diag(decay) is then non-expansive, so a chunk adds at most 2 sum_t |v_t[j]|
+// <= 32 max|v| to ||s_j||. Before a chunk's conversion the bound times 2^sigma is <= 2^14; sigma
+// stays 0 while the bound is within [2^-4, 2^14] (nothing scaled), else 13 - floor(log2 bound),
+// within [-120, 60]. A power of two scales f16 and f32 values exactly (barring subnormals), v
+// enters as v 2^sigma and O, the boundary and final states leave as O' 2^-sigma, S' 2^-sigma; sigma
+// for a chunk depends on earlier chunks only, so row r of a chunk still reads no later token.
+struct WarpScale {
+  float bound;     // >= ||s_j||, unscaled, for this warp's value rows j (NaN: left as it is)
+  float up, down;  // 2^sigma, 2^-sigma
+  int sigma;
+};
+__device__ __forceinline__ float exp2i(int e) {  // 2^e, -126 <= e <= 127
+  return __uint_as_float(uint32_t(e + 127) << 23);
+}
+// The bound from S' itself: sqrt(128) max |S'| 2^-sigma >= ||s_j||, warp-uniform.
+template <int kTilesK>
+__device__ __forceinline__ float state_bound(const float (&S)[kTilesK][4], float down) {
+  float m = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kTilesK; ++j)
+#pragma unroll
+    for (int f = 0; f < 4; ++f) m = fmaxf(m, fabsf(S[j][f]));
+  return __uint_as_float(device::redux_max_u32(__float_as_uint(m))) * down * 11.3137093f;
+}
+// Before a chunk's conversion: sigma moved (S' rescaled) when bound 2^sigma left [2^-4, 2^14].
+template <int kTilesK>
+__device__ __forceinline__ void rescale_state(float (&S)[kTilesK][4], WarpScale& sc) {
+  const float m = sc.bound * sc.up;  // NaN: no move
+  if (__any_sync(0xffffffffu, m > 0x1p14f || (m > 0.0f && m < 0x1p-4f))) {  // warp-uniform
+    int sigma = 0;
+    if (!(sc.bound >= 0x1p-4f && sc.bound <= 0x1p14f)) {
+      const int e = int((__float_as_uint(sc.bound) >> 23) & 0xffu) - 127;  // floor(log2)
+      sigma = min(60, max(-120, 13 - e));
+    }
+    const int d = sigma - sc.sigma;  // |d| <= 180: two factors of 2^(|d| / 2) at most
+    const float f1 = exp2i(d / 2), f2 = exp2i(d - d / 2);
+#pragma unroll
+    for (int j = 0; j < kTilesK; ++j)
+#pragma unroll
+      for (int f = 0; f < 4; ++f) S[j][f] = S[j][f] * f1 * f2;
+    sc.sigma = sigma, sc.up = exp2i(sigma), sc.down = exp2i(-sigma);
+  }
+}
+
 // The wgmma chunk's V_new^T = (v^T - P^T) Tb^T = U^T - S^T W^T without W or U (the prepare forms
 // neither) for this warp's 16 rows (column vc of the stage's v^T; U = 0 without with_u), P^T in
 // pk (m16n8 accumulators of the chunk's two token tiles): one k16 step over the chunk's source
@@ -314,9 +363,11 @@ __device__ __forceinline__ void scan_chunk(const PrefillArgs& a, const ScanStage
 // it, v^T exact in bf16 from the stage's token pairs; B = Tb^T, token r = 8 mr + g), hi.hi + hi.lo
 // + lo.hi: the kept precision (emulated, bench/precision_chunk.py). Tb is lower triangular with
 // exact zeros: causal bit for bit.
-template <int kVs>
+// kF16 (WarpScale): v enters as v 2^sigma (vscale), and vmax gets max |v| of this lane's values.
+template <int kVs, bool kF16 = false>
 __device__ __forceinline__ void wg_v_new(const WgScanStage<kVs>& sb, const float (&pk)[kC / 8][4],
-                                         int vc, bool with_u, float (&vn)[kC / 8][4]) {
+                                         int vc, bool with_u, float (&vn)[kC / 8][4],
+                                         float vscale = 1.0f, float* vmax = nullptr) {
   using namespace device;
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   constexpr int kTiles = kC / 8;
@@ -327,7 +378,12 @@ __device__ __forceinline__ void wg_v_new(const WgScanStage<kVs>& sb, const float
     for (int f = 0; f < 4; ++f) {
       const uint32_t pair = with_u ? sb.vt[vc + g + (f >= 2 ? 8 : 0)][4 * m + t] : 0u;
       const float v = __uint_as_float((f & 1) ? (pair & 0xffff0000u) : (pair << 16));
-      x[m][f] = v - pk[m][f];
+      if constexpr (kF16) {
+        x[m][f] = fmaf(v, vscale, -pk[m][f]);
+        *vmax = fmaxf(*vmax, fabsf(v));
+      } else {
+        x[m][f] = v - pk[m][f];
+      }
     }
   uint32_t xh[4], xl[4];
   split_vnew(x, xh, xl);
@@ -359,11 +415,13 @@ __device__ __forceinline__ void wg_v_new(const WgScanStage<kVs>& sb, const float
 // of 8 key tiles (32 registers of A per batch: within the scan warpgroups' 144 / 176 registers, no
 // spill; under the earlier flat 128-register cap it was 4 batches of 4). The state update's wgmma
 // reads ke from the stage: it is waited for before returning, so the caller may release the stage.
-template <int kVs, bool kOut>
+template <int kVs, bool kOut, bool kF16 = false>
 __device__ __forceinline__ void scan_chunk_wg(const PrefillArgs& a, const WgScanStage<kVs>& sb,
                                               uint16_t (&ostage)[kC][kLdOut], float (&S)[kK / 8][4],
-                                              int vc, uint16_t* out_rows, int nvalid, bool with_u) {
+                                              int vc, uint16_t* out_rows, int nvalid, bool with_u,
+                                              WarpScale* sc = nullptr) {
   using namespace device;
+  if constexpr (kF16) rescale_state(S, *sc);
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   constexpr int kTiles = kC / 8;
   // [token tile][fragment]: tiles 0, 1 P^T = S^T kw^T, tiles 2, 3 O^T, the m64n32 accumulator of
@@ -385,6 +443,40 @@ __device__ __forceinline__ void scan_chunk_wg(const PrefillArgs& a, const WgScan
   wgmma_fence_operands(acc16);
   constexpr int kBatch = 8;
   constexpr bool kDecayEarly = two_scan_warpgroups<kVs>();
+  if constexpr (kF16) {
+    // k16 steps of S' packed to f16 straight from the accumulators (the A layout of k16 is the
+    // accumulator's, wgmma.cuh), B = kw | qs as f16 (wg_f16_offset): 8 steps, in one batch at one
+    // warpgroup, in two of 4 at two (32 registers of A per batch spilled there).
+    const SmemDesc desc_h = smem_desc_noswizzle(sb.w, kWgLboKeys, kWgSboKeysH);
+    constexpr int kBatchH = kDecayEarly ? 4 : 8;
+#pragma unroll
+    for (int b = 0; b < kK / 16; b += kBatchH) {
+      uint32_t af[kBatchH][4];
+#pragma unroll
+      for (int ii = 0; ii < kBatchH; ++ii) {
+        const int i = b + ii;
+        af[ii][0] = pack_f16x2(S[2 * i][0], S[2 * i][1]);
+        af[ii][1] = pack_f16x2(S[2 * i][2], S[2 * i][3]);
+        af[ii][2] = pack_f16x2(S[2 * i + 1][0], S[2 * i + 1][1]);
+        af[ii][3] = pack_f16x2(S[2 * i + 1][2], S[2 * i + 1][3]);
+      }
+      wgmma_fence();
+#pragma unroll
+      for (int ii = 0; ii < kBatchH; ++ii) {
+        if constexpr (kOut)
+          wgmma_m64n32k16_f16_rs(acc16, af[ii], desc_h + kStepW * (b + ii), true);
+        else
+          wgmma_m64n16k16_f16_rs(pk8, af[ii], desc_h + kStepW * (b + ii), true);
+      }
+      wgmma_commit_group();
+      if constexpr (kDecayEarly) {
+#pragma unroll
+        for (int j = 2 * b; j < 2 * (b + kBatchH); ++j)
+          decay_tile(S[j], *reinterpret_cast<const float2*>(&sb.decay[8 * j + 2 * t]));
+      }
+      wgmma_wait_group<0>();
+    }
+  } else
 #pragma unroll
   for (int b = 0; b < kK / 8; b += kBatch) {
     uint32_t af[kBatch][4];
@@ -410,7 +502,14 @@ __device__ __forceinline__ void scan_chunk_wg(const PrefillArgs& a, const WgScan
   }
   wgmma_fence_operands(acc16);
   float vn[kTiles][4];
-  wg_v_new(sb, pk, vc, with_u, vn);
+  if constexpr (kF16) {
+    float vmax = 0.0f;
+    wg_v_new<kVs, true>(sb, pk, vc, with_u, vn, sc->up, &vmax);
+    // This chunk's growth of ||s_j||: at most 2 x 16 tokens x max |v| (WarpScale).
+    sc->bound = fmaf(32.0f, __uint_as_float(redux_max_u32(__float_as_uint(vmax))), sc->bound);
+  } else {
+    wg_v_new(sb, pk, vc, with_u, vn);
+  }
   // The output (A_qk part, staging, store): with one warpgroup in the state update's shadow (it
   // reads none of the update's registers; session 20: -2.5 to -3.5 % on the kVs = 64 rows), with
   // two before it (in the shadow it measured +3 to +4 % on the kVs = 128 rows).
@@ -433,6 +532,13 @@ __device__ __forceinline__ void scan_chunk_wg(const PrefillArgs& a, const WgScan
                   aq + wg_tf32_offset(8 * mr + g, 8 * m + 2 * t, kWgSboTok)),
               *reinterpret_cast<const uint32_t*>(
                   aq + wg_tf32_offset(8 * mr + g, 8 * m + 2 * t + 1, kWgSboTok)));
+      }
+      if constexpr (kF16) {  // O' 2^-sigma
+        if (__any_sync(0xffffffffu, sc->sigma != 0))
+#pragma unroll
+          for (int m = 0; m < kTiles; ++m)
+#pragma unroll
+            for (int f = 0; f < 4; ++f) o[m][f] *= sc->down;
       }
       store_out_tile<two_scan_warpgroups<kVs>()>(a, ostage, o, out_rows, nvalid);
     }
