@@ -274,8 +274,8 @@ __device__ __forceinline__ void scan_job(const PrefillArgs& a, SharedPlan<kVs>& 
   // serialise the wgmma chain around the (data-dependent) loads above.
   if constexpr (uses_wgmma<kVs>()) device::wgmma_fence_operands(reinterpret_cast<float(&)[64]>(S));
   // f16 operands: S^T held scaled by 2^sigma per warp (scan.cuh WarpScale), sigma 0 to start.
-  WarpScale sc{0.0f, 1.0f, 1.0f, 0};
-  if constexpr (kF16) sc.bound = state_bound(S, 1.0f);
+  WarpScale sc{0.0f, 1.0f, 1.0f, 0, false};
+  if constexpr (kF16) sc.bound = state_bound(S, 1.0f), sc.check();
 
   // Boundary states: before chunk c = kBoundaryChunks * j, S is the state before token 64 j of
   // the sequence -> row base + j, j < bnd_rows. Rows >= num_boundary_states are skipped (device
@@ -307,7 +307,7 @@ __device__ __forceinline__ void scan_job(const PrefillArgs& a, SharedPlan<kVs>& 
     // growth it adds up ignores the decay).
     if constexpr (kF16) {
       if (__any_sync(0xffffffffu, c > job.c0 && c % kBoundTighten == 0))
-        sc.bound = fminf(sc.bound, state_bound(S, sc.down));
+        sc.bound = fminf(sc.bound, state_bound(S, sc.down)), sc.check();
     }
     const int c_next = (c / kBoundaryChunks + 1) * kBoundaryChunks;
     const int c_end = c_next < c1 ? c_next : c1;

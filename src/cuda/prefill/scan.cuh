@@ -322,6 +322,12 @@ struct WarpScale {
   float bound;     // >= ||s_j||, unscaled, for this warp's value rows j (NaN: left as it is)
   float up, down;  // 2^sigma, 2^-sigma
   int sigma;
+  bool move;  // bound 2^sigma has left [2^-4, 2^14]: rescale before the next conversion
+  // After each change of bound (in the state update's shadow, off the chain).
+  __device__ __forceinline__ void check() {
+    const float m = bound * up;  // NaN: no move
+    move = m > 0x1p14f || (m > 0.0f && m < 0x1p-4f);
+  }
 };
 __device__ __forceinline__ float exp2i(int e) {  // 2^e, -126 <= e <= 127
   return __uint_as_float(uint32_t(e + 127) << 23);
@@ -339,8 +345,7 @@ __device__ __forceinline__ float state_bound(const float (&S)[kTilesK][4], float
 // Before a chunk's conversion: sigma moved (S' rescaled) when bound 2^sigma left [2^-4, 2^14].
 template <int kTilesK>
 __device__ __forceinline__ void rescale_state(float (&S)[kTilesK][4], WarpScale& sc) {
-  const float m = sc.bound * sc.up;  // NaN: no move
-  if (__any_sync(0xffffffffu, m > 0x1p14f || (m > 0.0f && m < 0x1p-4f))) {  // warp-uniform
+  if (__any_sync(0xffffffffu, sc.move)) {  // warp-uniform (sc is)
     int sigma = 0;
     if (!(sc.bound >= 0x1p-4f && sc.bound <= 0x1p14f)) {
       const int e = int((__float_as_uint(sc.bound) >> 23) & 0xffu) - 127;  // floor(log2)
@@ -353,7 +358,19 @@ __device__ __forceinline__ void rescale_state(float (&S)[kTilesK][4], WarpScale&
 #pragma unroll
       for (int f = 0; f < 4; ++f) S[j][f] = S[j][f] * f1 * f2;
     sc.sigma = sigma, sc.up = exp2i(sigma), sc.down = exp2i(-sigma);
+    sc.move = false;
   }
+}
+// max |v| over this lane's 8 values of the chunk (those wg_v_new reads), from the bf16 bits.
+template <int kVs>
+__device__ __forceinline__ float vt_absmax(const WgScanStage<kVs>& sb, int vc) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  uint32_t m = 0;
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
+#pragma unroll
+    for (int c = 0; c < 2; ++c) m = __vmaxu2(m, sb.vt[vc + g + 8 * r][4 * c + t] & 0x7fff7fffu);
+  return __uint_as_float(max(m << 16, m & 0xffff0000u));
 }
 
 // The wgmma chunk's V_new^T = (v^T - P^T) Tb^T = U^T - S^T W^T without W or U (the prepare forms
@@ -363,11 +380,11 @@ __device__ __forceinline__ void rescale_state(float (&S)[kTilesK][4], WarpScale&
 // it, v^T exact in bf16 from the stage's token pairs; B = Tb^T, token r = 8 mr + g), hi.hi + hi.lo
 // + lo.hi: the kept precision (emulated, bench/precision_chunk.py). Tb is lower triangular with
 // exact zeros: causal bit for bit.
-// kF16 (WarpScale): v enters as v 2^sigma (vscale), and vmax gets max |v| of this lane's values.
+// kF16 (WarpScale): v enters as v 2^sigma (vscale).
 template <int kVs, bool kF16 = false>
 __device__ __forceinline__ void wg_v_new(const WgScanStage<kVs>& sb, const float (&pk)[kC / 8][4],
                                          int vc, bool with_u, float (&vn)[kC / 8][4],
-                                         float vscale = 1.0f, float* vmax = nullptr) {
+                                         float vscale = 1.0f) {
   using namespace device;
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   constexpr int kTiles = kC / 8;
@@ -378,12 +395,10 @@ __device__ __forceinline__ void wg_v_new(const WgScanStage<kVs>& sb, const float
     for (int f = 0; f < 4; ++f) {
       const uint32_t pair = with_u ? sb.vt[vc + g + (f >= 2 ? 8 : 0)][4 * m + t] : 0u;
       const float v = __uint_as_float((f & 1) ? (pair & 0xffff0000u) : (pair << 16));
-      if constexpr (kF16) {
+      if constexpr (kF16)
         x[m][f] = fmaf(v, vscale, -pk[m][f]);
-        *vmax = fmaxf(*vmax, fabsf(v));
-      } else {
+      else
         x[m][f] = v - pk[m][f];
-      }
     }
   uint32_t xh[4], xl[4];
   split_vnew(x, xh, xl);
@@ -502,14 +517,10 @@ __device__ __forceinline__ void scan_chunk_wg(const PrefillArgs& a, const WgScan
   }
   wgmma_fence_operands(acc16);
   float vn[kTiles][4];
-  if constexpr (kF16) {
-    float vmax = 0.0f;
-    wg_v_new<kVs, true>(sb, pk, vc, with_u, vn, sc->up, &vmax);
-    // This chunk's growth of ||s_j||: at most 2 x 16 tokens x max |v| (WarpScale).
-    sc->bound = fmaf(32.0f, __uint_as_float(redux_max_u32(__float_as_uint(vmax))), sc->bound);
-  } else {
+  if constexpr (kF16)
+    wg_v_new<kVs, true>(sb, pk, vc, with_u, vn, sc->up);
+  else
     wg_v_new(sb, pk, vc, with_u, vn);
-  }
   // The output (A_qk part, staging, store): with one warpgroup in the state update's shadow (it
   // reads none of the update's registers; session 20: -2.5 to -3.5 % on the kVs = 64 rows), with
   // two before it (in the shadow it measured +3 to +4 % on the kVs = 128 rows).
@@ -555,6 +566,12 @@ __device__ __forceinline__ void scan_chunk_wg(const PrefillArgs& a, const WgScan
       decay_tile(S[j], *reinterpret_cast<const float2*>(&sb.decay[8 * j + 2 * t]));
   }
   issue_state_update(S64, vh, vl, sb);
+  if constexpr (kF16) {  // in the update's shadow: this chunk's growth of ||s_j||, at most
+    // 2 x 16 tokens x max |v| (WarpScale; the unsplit scan's rows all have v)
+    sc->bound = fmaf(32.0f, __uint_as_float(redux_max_u32(__float_as_uint(vt_absmax(sb, vc)))),
+                     sc->bound);
+    sc->check();
+  }
   if constexpr (kOutLate) output();
 
   wgmma_wait_group<0>();
