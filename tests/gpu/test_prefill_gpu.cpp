@@ -357,12 +357,12 @@ TEST(PrefillGpu, CausalBitForBit) {
   }
 }
 
-// The unsplit wgmma scan's f16 operands (scan.cuh WarpScale): inputs scaled far from the unit
+// The unsplit kVs = 128 scan's f16 operands (scan.cuh WarpScale): inputs scaled far from the unit
 // range move each warp's scale of S^T off 2^0 (v x 2^12: the bound passes 2^14 within the first
 // chunks; v and the initial state x 2^-16: it stays under 2^-4; an initial state x 2^20: it starts
-// past 2^14, then decays), at both wgmma value splits (kVs = 128, 64), with boundary states.
-// The errors are relative, so the bounds are the usual ones. Causality under a moving scale: the
-// rows after t0 change the bound of their chunk, and the scale of the next ones only.
+// past 2^14, then decays), with boundary states; the same inputs at vsplit 2 (tf32) too. The
+// errors are relative, so the bounds are the usual ones. Causality under a moving scale: the rows
+// after t0 change the bound of their chunk, and the scale of the next ones only.
 TEST(PrefillGpu, F16ScaledState) {
   FASTKDA_REQUIRE_GPU();
   struct Scaling {
@@ -384,6 +384,7 @@ TEST(PrefillGpu, F16ScaledState) {
       check_against_oracle(p, (std::string(sc.what) + ", vsplit " + vs).c_str());
     }
   }
+  ScopedEnv env("FASTKDA_PREFILL_VSPLIT", "1");
   Case c;
   c.T = 100;
   Problem p(c);

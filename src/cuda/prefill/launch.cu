@@ -203,9 +203,10 @@ void launch_with_smem(void (*kernel)(PrefillArgs), dim3 grid, int threads, size_
   FASTKDA_CUDA_CHECK(cudaGetLastError());
 }
 
-// The unsplit wgmma scan takes f16 operands for P^T and O^T where its state rows have a bound
-// (scan.cuh WarpScale): l2norm'd keys, beta <= 2 (sigmoid or 2 sigmoid) and a gate <= 0 (bounded
-// or softplus; pre-gated decays are the caller's). Split T keeps tf32.
+// The unsplit scan at kVs = 128 takes f16 operands for P^T and O^T where its state rows have a
+// bound (scan.cuh WarpScale): l2norm'd keys, beta <= 2 (sigmoid or 2 sigmoid) and a gate <= 0
+// (bounded or softplus; pre-gated decays are the caller's). kVs = 64 and split T keep tf32: at
+// kVs = 64 the scale's upkeep cost what the f16 products saved (session 35, BENCHMARKS.md).
 bool f16_operands(const PrefillArgs& a) {
   return a.l2norm && a.beta_act != prefill_cuda::BetaAct::kGiven &&
          a.gate != prefill_cuda::Gate::kPreGated;
@@ -222,10 +223,7 @@ void launch_scan(const PrefillArgs& a, int64_t ctas, bool pdl, cudaStream_t stre
         launch<128, kPass>(a, ctas, pdl, stream);
       break;
     case 2:
-      if (kWhole && f16_operands(a))
-        launch<64, kPass, kWhole>(a, ctas, pdl, stream);
-      else
-        launch<64, kPass>(a, ctas, pdl, stream);
+      launch<64, kPass>(a, ctas, pdl, stream);
       break;
     default:
       launch<32, kPass>(a, ctas, pdl, stream);

@@ -373,7 +373,7 @@ __global__ void __launch_bounds__(block_threads<kVs, kPairLayout<kPass>>(), 1)
     prefill_kernel(const __grid_constant__ PrefillArgs a) {
   static_assert(kPass != Pass::kPairs || kVs == 128, "pairs at vsplit 1 only");
   static_assert(!kF16 || (kPass == Pass::kWhole && uses_wgmma<kVs>()),
-                "f16 operands in the unsplit wgmma scan only");
+                "f16 operands in the unsplit wgmma scan only (launched at kVs = 128)");
   extern __shared__ __align__(128) unsigned char smem_bytes[];
   auto& sm = *reinterpret_cast<SharedPlan<kVs>*>(smem_bytes);
   constexpr int kGroups = prep_groups<kVs, kPairLayout<kPass>>();
