@@ -1,15 +1,16 @@
 // Warpgroup MMA (sm_90a wgmma) wrappers: A from registers (the state S^T is an accumulator), B
 // from shared memory through a matrix descriptor, no swizzle. Used by the kVs = 128 and kVs = 64
-// scans (prefill/scan.cuh scan_chunk_wg; docs/prefill.md, "The wgmma scan");
+// scans (prefill/scan.cuh scan_chunk_wg: tf32 P^T / O^T, f16 in the unsplit kVs = 128 scan, bf16
+// state update; docs/prefill.md, "The wgmma scan");
 // tests/gpu/test_wgmma_gpu.cu pins the layouts below against a CPU product.
 //
 // Register layouts, per warp w of the warpgroup (rows 16 w .. 16 w + 15 of the 64), g = lane / 4,
 // t = lane % 4 (the mma.sync m16n8 layouts, repeated):
-//   D (64 x N, f32):  d[4 i + 0] (g, 8 i + 2 t), d[4 i + 1] (g, 8 i + 2 t + 1),
-//                     d[4 i + 2] (g + 8, 8 i + 2 t), d[4 i + 3] (g + 8, 8 i + 2 t + 1)
-//   A, tf32 k8:       a0 (g, t), a1 (g + 8, t), a2 (g, t + 4), a3 (g + 8, t + 4)
+//   D (64 x N, f32):   d[4 i + 0] (g, 8 i + 2 t), d[4 i + 1] (g, 8 i + 2 t + 1),
+//                      d[4 i + 2] (g + 8, 8 i + 2 t), d[4 i + 3] (g + 8, 8 i + 2 t + 1)
+//   A, tf32 k8:        a0 (g, t), a1 (g + 8, t), a2 (g, t + 4), a3 (g + 8, t + 4)
 //   A, bf16 / f16 k16: a0 (g, 2t | 2t + 1), a1 (g + 8, 2t | 2t + 1), a2 (g, 2t + 8 | 2t + 9),
-//                     a3 (g + 8, 2t + 8 | 2t + 9)   (low half = lower k)
+//                      a3 (g + 8, 2t + 8 | 2t + 9)   (low half = lower k)
 // B (N x K, "K-major": k contiguous), no swizzle: core matrices of 8 rows (n) x 16 bytes (k),
 // each 128 contiguous bytes (row r at +16 r); core matrix (n / 8, k-group) at
 // start + (n / 8) * sbo + (k-group) * lbo.
@@ -110,7 +111,6 @@ __device__ __forceinline__ void wgmma_m64n128k16_bf16_rs(float (&d)[64], const u
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(desc_b.lo), "r"(desc_b.hi),
         "r"(int(accumulate)));
 }
-
 
 // D(64 x 32) (+)= A(64 x 16, f16, registers) * B(16 x 32, f16, smem K-major).
 __device__ __forceinline__ void wgmma_m64n32k16_f16_rs(float (&d)[16], const uint32_t (&a)[4],
