@@ -310,7 +310,7 @@ __device__ __forceinline__ void scan_chunk(const PrefillArgs& a, const ScanStage
 
 // The unsplit kVs = 128 scan with f16 operands for P^T and O^T (kF16: the launcher's choice with
 // l2norm'd keys, beta <= 2 and a gate <= 0; session 35, BENCHMARKS.md: half the wgmmas and A
-// conversions of tf32's k8 steps, the H96 rows -0.7 to -3.3 %). f16 keeps
+// conversions of tf32's k8 steps, the H96 rows -0.7 to -3.4 %). f16 keeps
 // tf32's 11 significant bits but overflows at 65504, so each warp holds its 16 rows of S^T as
 // S' = S^T 2^sigma with sigma from a bound on their norms: the delta rule's step
 // (I - beta k k^T) diag(decay) is then non-expansive, so a chunk adds at most 2 sum_t |v_t[j]|
