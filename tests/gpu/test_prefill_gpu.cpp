@@ -300,6 +300,8 @@ TEST(PrefillGpu, Varlen) {
 
 // Every value split (kVs = 128, 64, 32 value rows per CTA): the small cases above fill at most 32
 // heads and so always take vsplit = 2 (the plan's cheapest); FASTKDA_PREFILL_VSPLIT forces each.
+// At vsplit 1 the default case runs the f16 scan (scan.cuh WarpScale); pre-gated decays with
+// given betas keep the tf32 one there (launch.cu f16_operands), so both are covered.
 TEST(PrefillGpu, EveryValueSplit) {
   FASTKDA_REQUIRE_GPU();
   for (const char* vs : {"1", "2", "4"}) {
@@ -308,6 +310,8 @@ TEST(PrefillGpu, EveryValueSplit) {
     c.seqlens = {0, 1, 17, 100, 64, 33};
     c.H = 2, c.HV = 4, c.pool = true;
     check_against_oracle(Problem(c), (std::string("vsplit ") + vs).c_str());
+    c.gate = GateMode::kPreGated, c.beta_mode = BetaMode::kGiven;
+    check_against_oracle(Problem(c), (std::string("tf32 modes, vsplit ") + vs).c_str());
   }
   unsetenv("FASTKDA_PREFILL_VSPLIT");
 }
