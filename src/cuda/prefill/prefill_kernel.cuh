@@ -372,8 +372,8 @@ template <int kVs, Pass kPass, bool kF16 = false>
 __global__ void __launch_bounds__(block_threads<kVs, kPairLayout<kPass>>(), 1)
     prefill_kernel(const __grid_constant__ PrefillArgs a) {
   static_assert(kPass != Pass::kPairs || kVs == 128, "pairs at vsplit 1 only");
-  static_assert(!kF16 || (kPass == Pass::kWhole && uses_wgmma<kVs>()),
-                "f16 operands in the unsplit wgmma scan only (launched at kVs = 128)");
+  static_assert(!kF16 || (kPass == Pass::kWhole && kVs == 128),
+                "f16 operands in the unsplit kVs = 128 scan only");
   extern __shared__ __align__(128) unsigned char smem_bytes[];
   auto& sm = *reinterpret_cast<SharedPlan<kVs>*>(smem_bytes);
   constexpr int kGroups = prep_groups<kVs, kPairLayout<kPass>>();

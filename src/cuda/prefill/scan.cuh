@@ -452,59 +452,44 @@ __device__ __forceinline__ void scan_chunk_wg(const PrefillArgs& a, const WgScan
   auto& pk8 = reinterpret_cast<float(&)[8]>(pk);
   auto& acc16 = reinterpret_cast<float(&)[16]>(acc);
   auto& S64 = reinterpret_cast<float(&)[64]>(S);
-  // One k step of 8 keys is 2 core matrices along K: 2 kWgLboKeys bytes, in the descriptor's
-  // address field (16-byte units) kStepW.
-  const device::SmemDesc desc_w = smem_desc_noswizzle(sb.w, kWgLboKeys, kWgSboKeys);
+  // One k step is 2 core matrices along K (8 tf32 or 16 f16 keys): 2 kWgLboKeys bytes, in the
+  // descriptor's address field (16-byte units) kStepW.
+  const device::SmemDesc desc_w =
+      smem_desc_noswizzle(sb.w, kWgLboKeys, kF16 ? kWgSboKeysH : kWgSboKeys);
   constexpr uint32_t kStepW = 2 * kWgLboKeys / 16;
   wgmma_fence_operands(acc16);
-  constexpr int kBatch = 8;
+  // Batches of 8 key tiles (32 registers of A): 8 tf32 k8 steps, or 4 f16 k16 steps whose A is
+  // S' packed straight from two accumulator tiles (the k16 A layout is the accumulator's,
+  // wgmma.cuh; B = kw | qs as f16, wg_f16_offset).
+  constexpr int kBatch = 8, kTilesPerStep = kF16 ? 2 : 1, kSteps = kBatch / kTilesPerStep;
   constexpr bool kDecayEarly = two_scan_warpgroups<kVs>();
-  if constexpr (kF16) {
-    // k16 steps of S' packed to f16 straight from the accumulators (the A layout of k16 is the
-    // accumulator's, wgmma.cuh), B = kw | qs as f16 (wg_f16_offset): 8 steps, in one batch at one
-    // warpgroup, in two of 4 at two (32 registers of A per batch spilled there).
-    const SmemDesc desc_h = smem_desc_noswizzle(sb.w, kWgLboKeys, kWgSboKeysH);
-    constexpr int kBatchH = kDecayEarly ? 4 : 8;
-#pragma unroll
-    for (int b = 0; b < kK / 16; b += kBatchH) {
-      uint32_t af[kBatchH][4];
-#pragma unroll
-      for (int ii = 0; ii < kBatchH; ++ii) {
-        const int i = b + ii;
-        af[ii][0] = pack_f16x2(S[2 * i][0], S[2 * i][1]);
-        af[ii][1] = pack_f16x2(S[2 * i][2], S[2 * i][3]);
-        af[ii][2] = pack_f16x2(S[2 * i + 1][0], S[2 * i + 1][1]);
-        af[ii][3] = pack_f16x2(S[2 * i + 1][2], S[2 * i + 1][3]);
-      }
-      wgmma_fence();
-#pragma unroll
-      for (int ii = 0; ii < kBatchH; ++ii) {
-        if constexpr (kOut)
-          wgmma_m64n32k16_f16_rs(acc16, af[ii], desc_h + kStepW * (b + ii), true);
-        else
-          wgmma_m64n16k16_f16_rs(pk8, af[ii], desc_h + kStepW * (b + ii), true);
-      }
-      wgmma_commit_group();
-      if constexpr (kDecayEarly) {
-#pragma unroll
-        for (int j = 2 * b; j < 2 * (b + kBatchH); ++j)
-          decay_tile(S[j], *reinterpret_cast<const float2*>(&sb.decay[8 * j + 2 * t]));
-      }
-      wgmma_wait_group<0>();
-    }
-  } else
 #pragma unroll
   for (int b = 0; b < kK / 8; b += kBatch) {
-    uint32_t af[kBatch][4];
+    uint32_t af[kSteps][4];
 #pragma unroll
-    for (int jj = 0; jj < kBatch; ++jj) acc_to_a(S[b + jj], af[jj]);
+    for (int ii = 0; ii < kSteps; ++ii) {
+      const int j = b + kTilesPerStep * ii;  // the step's first key tile
+      if constexpr (kF16) {
+        af[ii][0] = pack_f16x2(S[j][0], S[j][1]);
+        af[ii][1] = pack_f16x2(S[j][2], S[j][3]);
+        af[ii][2] = pack_f16x2(S[j + 1][0], S[j + 1][1]);
+        af[ii][3] = pack_f16x2(S[j + 1][2], S[j + 1][3]);
+      } else {
+        acc_to_a(S[j], af[ii]);
+      }
+    }
     wgmma_fence();
 #pragma unroll
-    for (int jj = 0; jj < kBatch; ++jj) {
-      if constexpr (kOut)
-        wgmma_m64n32k8_tf32_rs(acc16, af[jj], desc_w + kStepW * (b + jj), true);
+    for (int ii = 0; ii < kSteps; ++ii) {
+      const SmemDesc desc = desc_w + kStepW * (b / kTilesPerStep + ii);
+      if constexpr (kF16 && kOut)
+        wgmma_m64n32k16_f16_rs(acc16, af[ii], desc, true);
+      else if constexpr (kF16)
+        wgmma_m64n16k16_f16_rs(pk8, af[ii], desc, true);
+      else if constexpr (kOut)
+        wgmma_m64n32k8_tf32_rs(acc16, af[ii], desc, true);
       else
-        wgmma_m64n16k8_tf32_rs(pk8, af[jj], desc_w + kStepW * (b + jj), true);
+        wgmma_m64n16k8_tf32_rs(pk8, af[ii], desc, true);
     }
     wgmma_commit_group();
     // Two warpgroups: S^T diag(2^G_C) for the state update while the batch runs (its A operands
