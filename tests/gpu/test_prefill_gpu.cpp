@@ -373,8 +373,11 @@ TEST(PrefillGpu, F16ScaledState) {
     const char* what;
     float v, init;
   };
-  for (const char* vs : {"1", "2"}) {
-    ScopedEnv env("FASTKDA_PREFILL_VSPLIT", vs);
+  // vsplit 1 with split T forced (128-token segments: value and transition rows, pairs, the
+  // combine, the output pass, all f16 and scaled), vsplit 1 and 2 unsplit.
+  for (const char* vs : {"1 seg128", "1", "2"}) {
+    ScopedEnv env("FASTKDA_PREFILL_VSPLIT", std::string(vs).substr(0, 1).c_str());
+    ScopedEnv env_seg("FASTKDA_PREFILL_SEG", std::string(vs).size() > 1 ? "128" : "0");
     for (const Scaling& sc : {Scaling{"v x 2^12", 0x1p12f, 1.0f},
                               Scaling{"v, init x 2^-16", 0x1p-16f, 0x1p-16f},
                               Scaling{"init x 2^20", 1.0f, 0x1p20f},

@@ -203,10 +203,10 @@ void launch_with_smem(void (*kernel)(PrefillArgs), dim3 grid, int threads, size_
   FASTKDA_CUDA_CHECK(cudaGetLastError());
 }
 
-// The unsplit scan at kVs = 128 takes f16 operands for P^T and O^T where its state rows have a
-// bound (scan.cuh WarpScale): l2norm'd keys, beta <= 2 (sigmoid or 2 sigmoid) and a gate <= 0
-// (bounded or softplus; pre-gated decays are the caller's). kVs = 64 and split T keep tf32: at
-// kVs = 64 the scale's upkeep cost what the f16 products saved (session 35, BENCHMARKS.md).
+// The kVs = 128 scan (unsplit and every split-T pass) takes f16 operands for P^T and O^T where its
+// state rows have a bound (scan.cuh WarpScale): l2norm'd keys, beta <= 2 (sigmoid or 2 sigmoid)
+// and a gate <= 0 (bounded or softplus; pre-gated decays are the caller's). kVs = 64 / 32 keep
+// tf32: at kVs = 64 the scale's upkeep cost what the f16 products saved (session 35).
 bool f16_operands(const PrefillArgs& a) {
   return a.l2norm && a.beta_act != prefill_cuda::BetaAct::kGiven &&
          a.gate != prefill_cuda::Gate::kPreGated;
@@ -214,11 +214,10 @@ bool f16_operands(const PrefillArgs& a) {
 
 template <prefill_cuda::Pass kPass>
 void launch_scan(const PrefillArgs& a, int64_t ctas, bool pdl, cudaStream_t stream) {
-  constexpr bool kWhole = kPass == prefill_cuda::Pass::kWhole;
   switch (a.vsplit) {
     case 1:
-      if (kWhole && f16_operands(a))
-        launch<128, kPass, kWhole>(a, ctas, pdl, stream);
+      if (f16_operands(a))
+        launch<128, kPass, true>(a, ctas, pdl, stream);
       else
         launch<128, kPass>(a, ctas, pdl, stream);
       break;
@@ -388,9 +387,16 @@ void prefill(const ForwardParams& p) {
     // the value and transition rows of the other segments (kPairs), which starts once every kFirst
     // CTA has passed its wait for the intra kernel and runs beside them; it completes after them.
     a.jobs = num_seq * p.HV;
-    launch<128, Pass::kFirst>(a, a.jobs, /*pdl=*/true, stream);
+    const bool f16 = f16_operands(a);
+    if (f16)
+      launch<128, Pass::kFirst, true>(a, a.jobs, /*pdl=*/true, stream);
+    else
+      launch<128, Pass::kFirst>(a, a.jobs, /*pdl=*/true, stream);
     a.jobs = ctas / 2;
-    launch<128, Pass::kPairs>(a, ctas / 2, /*pdl=*/true, stream);
+    if (f16)
+      launch<128, Pass::kPairs, true>(a, ctas / 2, /*pdl=*/true, stream);
+    else
+      launch<128, Pass::kPairs>(a, ctas / 2, /*pdl=*/true, stream);
   } else {
     launch_scan<Pass::kTransitions>(a, ctas, /*pdl=*/true, stream);
   }

@@ -330,9 +330,9 @@ __device__ __forceinline__ void scan_job(const PrefillArgs& a, SharedPlan<kVs>& 
 
   if constexpr (kPass == Pass::kTransitions) {  // job.end is always a segment slot here
     if (job.transition)
-      store_state<true>(job.end, row, k0, S);  // M_j, in the combine's layout
+      store_state<true>(job.end, row, k0, S, sc.down);  // M_j, in the combine's layout
     else
-      store_state(job.end, row, k0, S);
+      store_state(job.end, row, k0, S, sc.down);
   } else if (job.end.ptr) {
     store_state(job.end, row, k0, S, sc.down);
   }
@@ -340,7 +340,9 @@ __device__ __forceinline__ void scan_job(const PrefillArgs& a, SharedPlan<kVs>& 
 
 // A pair job's scan (Pass::kPairs): the value rows of this warp (from zeros) and the same rows of
 // the transition (from the identity), chunk by chunk through scan_chunk_pair; then E_j and M_j
-// (the latter in the combine's layout). The hand-off as in scan_job, one prepare group.
+// (the latter in the combine's layout). The hand-off as in scan_job, one prepare group. kF16:
+// both blocks scaled as scan_job scales a value and a transition job (WarpScale), bit for bit.
+template <bool kF16 = false>
 __device__ __forceinline__ void scan_pair_job(SharedPlan<128>& sm, const ScanJob& job, int& flat,
                                               int total) {
   constexpr int kGroups = prep_groups<128, true>(), kStages = scan_stages<128>();
@@ -354,26 +356,36 @@ __device__ __forceinline__ void scan_pair_job(SharedPlan<128>& sm, const ScanJob
   load_state(StateRef{nullptr, true, false}, true, vc, 0, SB);
   device::wgmma_fence_operands(reinterpret_cast<float(&)[64]>(SA));
   device::wgmma_fence_operands(reinterpret_cast<float(&)[64]>(SB));
+  WarpScale scA{0.0f, 1.0f, 1.0f, 0, false}, scB{0.0f, 1.0f, 1.0f, 0, false};
+  if constexpr (kF16) {
+    scA.bound = state_bound(SA, 1.0f), scA.check();
+    scB.bound = state_bound(SB, 1.0f), scB.check();
+  }
 #pragma unroll 1
   for (int c = job.c0; c < job.c1; ++c, ++flat) {
+    if constexpr (kF16) {  // scan_job's tightening, at the same chunks
+      if (__any_sync(0xffffffffu, c > job.c0 && c % kBoundTighten == 0)) {
+        scA.bound = fminf(scA.bound, state_bound(SA, scA.down)), scA.check();
+        scB.bound = fminf(scB.bound, state_bound(SB, scB.down)), scB.check();
+      }
+    }
     device::bar_sync(Bar::kFull0 + flat % kSlots, kThreads);
-    scan_chunk_pair(sm.scan[flat % kStages], SA, SB, vc);
+    scan_chunk_pair<kF16>(sm.scan[flat % kStages], SA, SB, vc, &scA, &scB);
     if (flat + kStages < total) device::bar_arrive(Bar::kEmpty0 + flat % kSlots, kThreads);
   }
-  store_state(job.end, vc, 0, SA);
-  store_state<true>(job.end_m, vc, 0, SB);
+  store_state(job.end, vc, 0, SA, scA.down);
+  store_state<true>(job.end_m, vc, 0, SB, scB.down);
 }
 
 // One instantiation per pass, so that the unsplit scan carries none of the split-T branches.
 // CTA b does jobs b, b + gridDim.x, ... (one each unless the launcher chose a persistent grid);
 // both roles walk the same jobs, so they agree on the sequence of chunks without talking.
-// kF16: the unsplit wgmma scan with f16 operands for P^T and O^T (scan.cuh WarpScale).
+// kF16: the kVs = 128 scan with f16 operands for P^T and O^T (scan.cuh WarpScale).
 template <int kVs, Pass kPass, bool kF16 = false>
 __global__ void __launch_bounds__(block_threads<kVs, kPairLayout<kPass>>(), 1)
     prefill_kernel(const __grid_constant__ PrefillArgs a) {
   static_assert(kPass != Pass::kPairs || kVs == 128, "pairs at vsplit 1 only");
-  static_assert(!kF16 || (kPass == Pass::kWhole && kVs == 128),
-                "f16 operands in the unsplit kVs = 128 scan only");
+  static_assert(!kF16 || kVs == 128, "f16 operands in the kVs = 128 scan only");
   extern __shared__ __align__(128) unsigned char smem_bytes[];
   auto& sm = *reinterpret_cast<SharedPlan<kVs>*>(smem_bytes);
   constexpr int kGroups = prep_groups<kVs, kPairLayout<kPass>>();
@@ -410,7 +422,8 @@ __global__ void __launch_bounds__(block_threads<kVs, kPairLayout<kPass>>(), 1)
         prefetch_state_slice<kVs>(job.init, job.row0, threadIdx.x - p * kPrepThreads);
       const int first = job.c0 + (p - flat % kGroups + kGroups) % kGroups;
       if ((kPass == Pass::kTransitions || kPass == Pass::kFirst) && job.outputs)
-        prepare_job<kVs, Pass::kOutputs>(a, sm, p, job, first, flat, phases);  // pass 2's code
+        prepare_job<kVs, Pass::kOutputs, prep_groups<kVs>(), kF16>(a, sm, p, job, first, flat,
+                                                                   phases);  // pass 2's code
       else  // (first_out, job_of); a pair job's stage is the value rows' (v^T) without outputs
         prepare_job<kVs, kPass == Pass::kPairs ? Pass::kTransitions : kPass, kGroups, kF16>(
             a, sm, p, job, first, flat, phases);
@@ -437,9 +450,9 @@ __global__ void __launch_bounds__(block_threads<kVs, kPairLayout<kPass>>(), 1)
       const ScanJob job = job_of<kVs, kPass>(a, cta);
       if (!job.valid) continue;
       if constexpr (kPass == Pass::kPairs) {
-        scan_pair_job(sm, job, flat, total);
+        scan_pair_job<kF16>(sm, job, flat, total);
       } else if ((kPass == Pass::kTransitions || kPass == Pass::kFirst) && job.outputs) {
-        scan_job<kVs, Pass::kOutputs>(a, sm, job, flat, total);
+        scan_job<kVs, Pass::kOutputs, prep_groups<kVs>(), kF16>(a, sm, job, flat, total);
       } else {
         scan_job<kVs, kPass, prep_groups<kVs>(), kF16>(a, sm, job, flat, total);
       }

@@ -308,7 +308,7 @@ __device__ __forceinline__ void scan_chunk(const PrefillArgs& a, const ScanStage
   }
 }
 
-// The unsplit kVs = 128 scan with f16 operands for P^T and O^T (kF16: the launcher's choice with
+// The kVs = 128 scan with f16 operands for P^T and O^T (kF16: the launcher's choice with
 // l2norm'd keys, beta <= 2 and a gate <= 0; session 35, BENCHMARKS.md: half the wgmmas and A
 // conversions of tf32's k8 steps, the H96 rows -0.7 to -3.4 %). f16 keeps
 // tf32's 11 significant bits but overflows at 65504, so each warp holds its 16 rows of S^T as
@@ -362,6 +362,11 @@ __device__ __forceinline__ void rescale_state(float (&S)[kTilesK][4], WarpScale&
     sc.move = false;
   }
 }
+// After a chunk's state update is issued (in its shadow): the chunk's growth of ||s_j||, at most
+// 2 x 16 tokens x max |v| (rows without v, the transition rows of split T: none), then the check.
+template <int kVs>
+__device__ __forceinline__ void grow_bound(const WgScanStage<kVs>& sb, int vc, bool with_u,
+                                           WarpScale& sc);
 // max |v| over this lane's 8 values of the chunk (those wg_v_new reads), from the bf16 bits.
 template <int kVs>
 __device__ __forceinline__ float vt_absmax(const WgScanStage<kVs>& sb, int vc) {
@@ -372,6 +377,15 @@ __device__ __forceinline__ float vt_absmax(const WgScanStage<kVs>& sb, int vc) {
 #pragma unroll
     for (int c = 0; c < 2; ++c) m = __vmaxu2(m, sb.vt[vc + g + 8 * r][4 * c + t] & 0x7fff7fffu);
   return __uint_as_float(max(m << 16, m & 0xffff0000u));
+}
+template <int kVs>
+__device__ __forceinline__ void grow_bound(const WgScanStage<kVs>& sb, int vc, bool with_u,
+                                           WarpScale& sc) {
+  if (with_u)  // job-uniform
+    sc.bound = fmaf(32.0f, __uint_as_float(device::redux_max_u32(__float_as_uint(
+                               vt_absmax(sb, vc)))),
+                    sc.bound);
+  sc.check();
 }
 
 // The wgmma chunk's V_new^T = (v^T - P^T) Tb^T = U^T - S^T W^T without W or U (the prepare forms
@@ -552,12 +566,7 @@ __device__ __forceinline__ void scan_chunk_wg(const PrefillArgs& a, const WgScan
       decay_tile(S[j], *reinterpret_cast<const float2*>(&sb.decay[8 * j + 2 * t]));
   }
   issue_state_update(S64, vh, vl, sb);
-  if constexpr (kF16) {  // in the update's shadow: this chunk's growth of ||s_j||, at most
-    // 2 x 16 tokens x max |v| (WarpScale; the unsplit scan's rows all have v)
-    sc->bound = fmaf(32.0f, __uint_as_float(redux_max_u32(__float_as_uint(vt_absmax(sb, vc)))),
-                     sc->bound);
-    sc->check();
-  }
+  if constexpr (kF16) grow_bound(sb, vc, with_u, *sc);  // in the update's shadow
   if constexpr (kOutLate) output();
 
   wgmma_wait_group<0>();
@@ -573,11 +582,17 @@ __device__ __forceinline__ void scan_chunk_wg(const PrefillArgs& a, const WgScan
 // transition CTAs. P^T runs in batches of 2 key tiles per block (16 registers of tf32 copies for
 // both): 128 registers of state leave no room for the unsplit chunk's batches of 8 (ptxas
 // serialises the chain under 208 registers per thread; chain bench, PairBlocks).
+// kF16: each block's rows scaled as in scan_chunk_wg<128, false, true> (WarpScale scA, scB), the
+// P^T steps as k16 f16 steps in the same order, so E_j and M_j stay those of separate CTAs.
+template <bool kF16 = false>
 __device__ __forceinline__ void scan_chunk_pair(const WgScanStage<128>& sb, float (&SA)[kK / 8][4],
-                                                float (&SB)[kK / 8][4], int vc) {
+                                                float (&SB)[kK / 8][4], int vc,
+                                                WarpScale* scA = nullptr,
+                                                WarpScale* scB = nullptr) {
   using namespace device;
   const int t = threadIdx.x & 3;
   constexpr int kTiles = kC / 8, kBatch = 2;
+  if constexpr (kF16) rescale_state(SA, *scA), rescale_state(SB, *scB);
   float pa[kTiles][4], pb[kTiles][4];
 #pragma unroll
   for (int m = 0; m < kTiles; ++m)
@@ -585,10 +600,35 @@ __device__ __forceinline__ void scan_chunk_pair(const WgScanStage<128>& sb, floa
     for (int f = 0; f < 4; ++f) pa[m][f] = pb[m][f] = 0.0f;
   auto& pa8 = reinterpret_cast<float(&)[8]>(pa);
   auto& pb8 = reinterpret_cast<float(&)[8]>(pb);
-  const SmemDesc desc_w = smem_desc_noswizzle(sb.w, kWgLboKeys, kWgSboKeys);
+  const SmemDesc desc_w = smem_desc_noswizzle(sb.w, kWgLboKeys, kF16 ? kWgSboKeysH : kWgSboKeys);
   constexpr uint32_t kStepW = 2 * kWgLboKeys / 16;
   wgmma_fence_operands(pa8);
   wgmma_fence_operands(pb8);
+  if constexpr (kF16) {
+#pragma unroll
+    for (int b = 0; b < kK / 8; b += kBatch) {  // one k16 step (2 key tiles) per block and batch
+      uint32_t fa[4], fb[4];
+      fa[0] = pack_f16x2(SA[b][0], SA[b][1]);
+      fa[1] = pack_f16x2(SA[b][2], SA[b][3]);
+      fa[2] = pack_f16x2(SA[b + 1][0], SA[b + 1][1]);
+      fa[3] = pack_f16x2(SA[b + 1][2], SA[b + 1][3]);
+      fb[0] = pack_f16x2(SB[b][0], SB[b][1]);
+      fb[1] = pack_f16x2(SB[b][2], SB[b][3]);
+      fb[2] = pack_f16x2(SB[b + 1][0], SB[b + 1][1]);
+      fb[3] = pack_f16x2(SB[b + 1][2], SB[b + 1][3]);
+      wgmma_fence();
+      wgmma_m64n16k16_f16_rs(pa8, fa, desc_w + kStepW * (b / 2), true);
+      wgmma_m64n16k16_f16_rs(pb8, fb, desc_w + kStepW * (b / 2), true);
+      wgmma_commit_group();
+#pragma unroll
+      for (int jj = 0; jj < kBatch; ++jj) {
+        const float2 d = *reinterpret_cast<const float2*>(&sb.decay[8 * (b + jj) + 2 * t]);
+        decay_tile(SA[b + jj], d);
+        decay_tile(SB[b + jj], d);
+      }
+      wgmma_wait_group<0>();
+    }
+  } else
 #pragma unroll
   for (int b = 0; b < kK / 8; b += kBatch) {
     uint32_t afa[kBatch][4], afb[kBatch][4];
@@ -617,14 +657,22 @@ __device__ __forceinline__ void scan_chunk_pair(const WgScanStage<128>& sb, floa
   wgmma_fence_operands(pb8);
   float vna[kTiles][4], vnb[kTiles][4];
   uint32_t vha[4], vla[4], vhb[4], vlb[4];
-  wg_v_new(sb, pa, vc, true, vna);
-  split_vnew(vna, vha, vla);
-  wg_v_new(sb, pb, vc, false, vnb);
-  split_vnew(vnb, vhb, vlb);
+  if constexpr (kF16) {
+    wg_v_new<128, true>(sb, pa, vc, true, vna, scA->up);
+    split_vnew(vna, vha, vla);
+    wg_v_new<128, true>(sb, pb, vc, false, vnb, scB->up);
+    split_vnew(vnb, vhb, vlb);
+  } else {
+    wg_v_new(sb, pa, vc, true, vna);
+    split_vnew(vna, vha, vla);
+    wg_v_new(sb, pb, vc, false, vnb);
+    split_vnew(vnb, vhb, vlb);
+  }
   auto& SA64 = reinterpret_cast<float(&)[64]>(SA);
   auto& SB64 = reinterpret_cast<float(&)[64]>(SB);
   issue_state_update(SA64, vha, vla, sb);
   issue_state_update(SB64, vhb, vlb, sb);
+  if constexpr (kF16) grow_bound(sb, vc, true, *scA), grow_bound(sb, vc, false, *scB);
   wgmma_wait_group<0>();
   wgmma_fence_operands(SA64);
   wgmma_fence_operands(SB64);
