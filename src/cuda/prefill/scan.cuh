@@ -438,6 +438,22 @@ __device__ __forceinline__ void wg_v_new(const WgScanStage<kVs>& sb, const float
   }
 }
 
+// The A operand of one P^T / O^T k step from this warp's state rows, key tiles j (tf32: one k8
+// step, acc_to_a) or j and j + 1 (f16: one k16 step, S' packed straight from two accumulator
+// tiles: the k16 A layout is the accumulator's, wgmma.cuh).
+template <bool kF16>
+__device__ __forceinline__ void state_step_a(const float (&S)[kK / 8][4], int j,
+                                             uint32_t (&af)[4]) {
+  if constexpr (kF16) {
+    af[0] = device::pack_f16x2(S[j][0], S[j][1]);
+    af[1] = device::pack_f16x2(S[j][2], S[j][3]);
+    af[2] = device::pack_f16x2(S[j + 1][0], S[j + 1][1]);
+    af[3] = device::pack_f16x2(S[j + 1][2], S[j + 1][3]);
+  } else {
+    acc_to_a(S[j], af);
+  }
+}
+
 // The same chunk on wgmma (kVs = 128 / 64): the 4 warps of a warpgroup own 64 value rows, each
 // warp's registers exactly as in scan_chunk (the wgmma accumulator and A layouts are the mma.sync
 // ones); B operands come from the WgScanStage layouts (config.h) through descriptors. The A
@@ -482,15 +498,7 @@ __device__ __forceinline__ void scan_chunk_wg(const PrefillArgs& a, const WgScan
     uint32_t af[kSteps][4];
 #pragma unroll
     for (int ii = 0; ii < kSteps; ++ii) {
-      const int j = b + kTilesPerStep * ii;  // the step's first key tile
-      if constexpr (kF16) {
-        af[ii][0] = pack_f16x2(S[j][0], S[j][1]);
-        af[ii][1] = pack_f16x2(S[j][2], S[j][3]);
-        af[ii][2] = pack_f16x2(S[j + 1][0], S[j + 1][1]);
-        af[ii][3] = pack_f16x2(S[j + 1][2], S[j + 1][3]);
-      } else {
-        acc_to_a(S[j], af[ii]);
-      }
+      state_step_a<kF16>(S, b + kTilesPerStep * ii, af[ii]);
     }
     wgmma_fence();
 #pragma unroll
@@ -517,10 +525,7 @@ __device__ __forceinline__ void scan_chunk_wg(const PrefillArgs& a, const WgScan
   }
   wgmma_fence_operands(acc16);
   float vn[kTiles][4];
-  if constexpr (kF16)
-    wg_v_new<kVs, true>(sb, pk, vc, with_u, vn, sc->up);
-  else
-    wg_v_new(sb, pk, vc, with_u, vn);
+  wg_v_new<kVs, kF16>(sb, pk, vc, with_u, vn, kF16 ? sc->up : 1.0f);
   // The output (A_qk part, staging, store): with one warpgroup in the state update's shadow (it
   // reads none of the update's registers; session 20: -2.5 to -3.5 % on the kVs = 64 rows), with
   // two before it (in the shadow it measured +3 to +4 % on the kVs = 128 rows).
@@ -573,6 +578,16 @@ __device__ __forceinline__ void scan_chunk_wg(const PrefillArgs& a, const WgScan
   wgmma_fence_operands(S64);
 }
 
+// One P^T k step of a pair block (m64n16: 16 tokens of kw), tf32 k8 or f16 k16.
+template <bool kF16>
+__device__ __forceinline__ void pair_step(float (&p8)[8], const uint32_t (&af)[4],
+                                          device::SmemDesc desc) {
+  if constexpr (kF16)
+    device::wgmma_m64n16k16_f16_rs(p8, af, desc, true);
+  else
+    device::wgmma_m64n16k8_tf32_rs(p8, af, desc, true);
+}
+
 // Split T's pass-1 chunk for a segment's value and transition rows in one CTA (Pass::kPairs):
 // this warp's 16 rows of the value block (SA: V_new^T = (v^T - P^T) Tb^T) and the same 16 rows of
 // the transition block (SB: U = 0), both against the chunk's one stage, so that one prepare serves
@@ -604,46 +619,23 @@ __device__ __forceinline__ void scan_chunk_pair(const WgScanStage<128>& sb, floa
   constexpr uint32_t kStepW = 2 * kWgLboKeys / 16;
   wgmma_fence_operands(pa8);
   wgmma_fence_operands(pb8);
-  if constexpr (kF16) {
-#pragma unroll
-    for (int b = 0; b < kK / 8; b += kBatch) {  // one k16 step (2 key tiles) per block and batch
-      uint32_t fa[4], fb[4];
-      fa[0] = pack_f16x2(SA[b][0], SA[b][1]);
-      fa[1] = pack_f16x2(SA[b][2], SA[b][3]);
-      fa[2] = pack_f16x2(SA[b + 1][0], SA[b + 1][1]);
-      fa[3] = pack_f16x2(SA[b + 1][2], SA[b + 1][3]);
-      fb[0] = pack_f16x2(SB[b][0], SB[b][1]);
-      fb[1] = pack_f16x2(SB[b][2], SB[b][3]);
-      fb[2] = pack_f16x2(SB[b + 1][0], SB[b + 1][1]);
-      fb[3] = pack_f16x2(SB[b + 1][2], SB[b + 1][3]);
-      wgmma_fence();
-      wgmma_m64n16k16_f16_rs(pa8, fa, desc_w + kStepW * (b / 2), true);
-      wgmma_m64n16k16_f16_rs(pb8, fb, desc_w + kStepW * (b / 2), true);
-      wgmma_commit_group();
-#pragma unroll
-      for (int jj = 0; jj < kBatch; ++jj) {
-        const float2 d = *reinterpret_cast<const float2*>(&sb.decay[8 * (b + jj) + 2 * t]);
-        decay_tile(SA[b + jj], d);
-        decay_tile(SB[b + jj], d);
-      }
-      wgmma_wait_group<0>();
-    }
-  } else
+  // Batches of 2 key tiles: 2 tf32 k8 steps or 1 f16 k16 step per block (state_step_a).
+  constexpr int kTilesPerStep = kF16 ? 2 : 1, kSteps = kBatch / kTilesPerStep;
 #pragma unroll
   for (int b = 0; b < kK / 8; b += kBatch) {
-    uint32_t afa[kBatch][4], afb[kBatch][4];
+    uint32_t afa[kSteps][4], afb[kSteps][4];
 #pragma unroll
-    for (int jj = 0; jj < kBatch; ++jj) {
-      acc_to_a(SA[b + jj], afa[jj]);
-      acc_to_a(SB[b + jj], afb[jj]);
+    for (int ii = 0; ii < kSteps; ++ii) {
+      state_step_a<kF16>(SA, b + kTilesPerStep * ii, afa[ii]);
+      state_step_a<kF16>(SB, b + kTilesPerStep * ii, afb[ii]);
     }
     wgmma_fence();
 #pragma unroll
-    for (int jj = 0; jj < kBatch; ++jj)
-      wgmma_m64n16k8_tf32_rs(pa8, afa[jj], desc_w + kStepW * (b + jj), true);
+    for (int ii = 0; ii < kSteps; ++ii)
+      pair_step<kF16>(pa8, afa[ii], desc_w + kStepW * (b / kTilesPerStep + ii));
 #pragma unroll
-    for (int jj = 0; jj < kBatch; ++jj)
-      wgmma_m64n16k8_tf32_rs(pb8, afb[jj], desc_w + kStepW * (b + jj), true);
+    for (int ii = 0; ii < kSteps; ++ii)
+      pair_step<kF16>(pb8, afb[ii], desc_w + kStepW * (b / kTilesPerStep + ii));
     wgmma_commit_group();
 #pragma unroll
     for (int jj = 0; jj < kBatch; ++jj) {
@@ -657,17 +649,10 @@ __device__ __forceinline__ void scan_chunk_pair(const WgScanStage<128>& sb, floa
   wgmma_fence_operands(pb8);
   float vna[kTiles][4], vnb[kTiles][4];
   uint32_t vha[4], vla[4], vhb[4], vlb[4];
-  if constexpr (kF16) {
-    wg_v_new<128, true>(sb, pa, vc, true, vna, scA->up);
-    split_vnew(vna, vha, vla);
-    wg_v_new<128, true>(sb, pb, vc, false, vnb, scB->up);
-    split_vnew(vnb, vhb, vlb);
-  } else {
-    wg_v_new(sb, pa, vc, true, vna);
-    split_vnew(vna, vha, vla);
-    wg_v_new(sb, pb, vc, false, vnb);
-    split_vnew(vnb, vhb, vlb);
-  }
+  wg_v_new<128, kF16>(sb, pa, vc, true, vna, kF16 ? scA->up : 1.0f);
+  split_vnew(vna, vha, vla);
+  wg_v_new<128, kF16>(sb, pb, vc, false, vnb, kF16 ? scB->up : 1.0f);
+  split_vnew(vnb, vhb, vlb);
   auto& SA64 = reinterpret_cast<float(&)[64]>(SA);
   auto& SB64 = reinterpret_cast<float(&)[64]>(SB);
   issue_state_update(SA64, vha, vla, sb);
