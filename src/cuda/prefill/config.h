@@ -281,10 +281,10 @@ constexpr uint32_t kWgLbo = 128;  // K-adjacent core matrices (A_qk^T, ke)
 // (lane = (token g, key pair t)) stay conflict-free.
 constexpr uint32_t kWgLboKeys = 144;
 constexpr uint32_t kWgSboKeys = kWgLboKeys * 32;  // W, qs: N = 16 tokens, K = 128 keys (32 groups)
-// kw / qs as f16 (the unsplit scan with f16 operands, scan_chunk_wg<.., true>): n = token, k = key,
-// K-major in the natural key order (the accumulator S^T is the A operand as it is), qs at tokens
-// 16..31 of the same array `w`; 8 tokens x 16 k-groups of 8 keys per SBO (LBO 144: conflict-free
-// 2-byte stores of 32 consecutive keys).
+// kw / qs as f16 (the kVs = 128 scan with f16 operands, scan_chunk_wg<.., true> and
+// scan_chunk_pair<true>): n = token, k = key, K-major in the natural key order (the accumulator
+// S^T is the A operand as it is), qs at tokens 16..31 of the same array `w`; 8 tokens x 16
+// k-groups of 8 keys per SBO (LBO 144: conflict-free 2-byte stores of 32 consecutive keys).
 constexpr uint32_t kWgSboKeysH = kWgLboKeys * 16;
 __host__ __device__ constexpr int wg_f16_offset(int n, int k) {
   return int((n / 8) * kWgSboKeysH + (k / 8) * kWgLboKeys) + (n % 8) * 16 + (k % 8) * 2;

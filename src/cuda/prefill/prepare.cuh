@@ -215,7 +215,7 @@ __device__ __forceinline__ void tb_products(const RawStage<kVs>& r, ScanStage<kV
 
 // Where the prepare's cumulative decay G starts (gate_cumsum): kw and qs (and so W = Tb kw) are
 // truncated tf32 operands that carry 1 + kTruncBias (common.cuh); as f16 operands (kF16: the
-// unsplit wgmma scan, scan.cuh WarpScale) they are rounded to nearest and carry nothing.
+// kVs = 128 scan, scan.cuh WarpScale) they are rounded to nearest and carry nothing.
 template <bool kF16>
 constexpr float kG0 = kF16 ? 0.0f : kTruncBiasLog2;
 

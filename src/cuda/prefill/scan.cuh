@@ -362,11 +362,6 @@ __device__ __forceinline__ void rescale_state(float (&S)[kTilesK][4], WarpScale&
     sc.move = false;
   }
 }
-// After a chunk's state update is issued (in its shadow): the chunk's growth of ||s_j||, at most
-// 2 x 16 tokens x max |v| (rows without v, the transition rows of split T: none), then the check.
-template <int kVs>
-__device__ __forceinline__ void grow_bound(const WgScanStage<kVs>& sb, int vc, bool with_u,
-                                           WarpScale& sc);
 // max |v| over this lane's 8 values of the chunk (those wg_v_new reads), from the bf16 bits.
 template <int kVs>
 __device__ __forceinline__ float vt_absmax(const WgScanStage<kVs>& sb, int vc) {
@@ -378,6 +373,8 @@ __device__ __forceinline__ float vt_absmax(const WgScanStage<kVs>& sb, int vc) {
     for (int c = 0; c < 2; ++c) m = __vmaxu2(m, sb.vt[vc + g + 8 * r][4 * c + t] & 0x7fff7fffu);
   return __uint_as_float(max(m << 16, m & 0xffff0000u));
 }
+// After a chunk's state update is issued (in its shadow): the chunk's growth of ||s_j||, at most
+// 2 x 16 tokens x max |v| (rows without v, the transition rows of split T: none), then the check.
 template <int kVs>
 __device__ __forceinline__ void grow_bound(const WgScanStage<kVs>& sb, int vc, bool with_u,
                                            WarpScale& sc) {
