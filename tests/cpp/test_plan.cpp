@@ -52,7 +52,8 @@ std::string describe(const Plan& q) {
          std::to_string(q.streamed) + " (keep_sms " + std::to_string(q.keep_sms) + ", retire " +
          std::to_string(q.retire_tile) + " of " + std::to_string(q.intra_tiles) +
          " tiles), longest_first " + std::to_string(q.longest_first) + ", persistent " +
-         std::to_string(q.persistent) + ", slot_map " + std::to_string(q.slot_map);
+         std::to_string(q.persistent) + ", slot_map " + std::to_string(q.slot_map) + ", f16 " +
+         std::to_string(q.f16);
 }
 
 // The expected plans of the benchmark rows (BenchmarkShapesOnH200).
@@ -97,30 +98,60 @@ TEST(PrefillPlan, BenchmarkShapesOnH200) {
   };
   const Plan longest = varlen_rows(unsplit(1), false), short64 = varlen_rows(unsplit(1), true);
   const Row rows[] = {
-      {"H96 fixed T8192", 8192, 96, 1, false, streamed(unsplit(1), 512 * 96, 36, 4201),
-       streamed(unsplit(1), 512 * 96, 36, 20184)},
+      {"H96 fixed T8192", 8192, 96, 1, false, streamed(unsplit(1), 512 * 96, 36, 5829),
+       streamed(unsplit(1), 512 * 96, 36, 21233)},
       {"H96 varlen six", 8192, 96, 6, true, longest, longest},
       {"H96 varlen 1024x8", 8192, 96, 8, true, longest, longest},
       {"H64 fixed T8192", 8192, 64, 1, false, unsplit(2), unsplit(2)},
       {"H64 varlen six", 8192, 64, 6, true, longest, longest},
       {"H64 varlen 1024x8", 8192, 64, 8, true, longest, longest},
-      {"H32 T4096", 4096, 32, 1, false, streamed(unsplit(2), 256 * 32, 68, 0),
+      {"H32 T4096", 4096, 32, 1, false, split(40, 96, true, 256 * 32),
        streamed(unsplit(2), 256 * 32, 68, 0)},
-      {"H32 T16384", 16384, 32, 1, false, split(168, 352, true, 1024 * 32),
-       split(152, 416, true, 1024 * 32)},
-      {"H32 T65536", 65536, 32, 1, false, split(668, 1424, true, 4096 * 32),
-       split(604, 1680, true, 4096 * 32)},
-      {"H8 T65536", 65536, 8, 1, false, split(236, 332, false, 0), split(236, 332, false, 0)},
-      {"H4 T65536", 65536, 4, 1, false, split(120, 168, false, 0), split(120, 168, false, 0)},
+      {"H32 T16384", 16384, 32, 1, false, split(164, 368, true, 1024 * 32),
+       split(148, 432, true, 1024 * 32)},
+      {"H32 T65536", 65536, 32, 1, false, split(656, 1472, true, 4096 * 32),
+       split(592, 1728, true, 4096 * 32)},
+      {"H8 T65536", 65536, 8, 1, false, split(236, 344, false, 0), split(236, 344, false, 0)},
+      {"H4 T65536", 65536, 4, 1, false, split(120, 176, false, 0), split(120, 176, false, 0)},
       {"64 x 128, H32", 8192, 32, 64, true, short64, short64},
   };
   for (const Row& r : rows)
     for (const GateMode gate : {GateMode::kBounded, GateMode::kSoftplus}) {
       Plan want = gate == GateMode::kBounded ? r.bounded : r.softplus;
       want.sms = kH200Sms;
+      want.f16 = true;  // l2norm'd keys, sigmoid beta (ForwardParams' defaults), gate <= 0
       EXPECT_EQ(describe(plan_of(shape(r.T, r.HV, r.num_seq, r.varlen, gate))), describe(want))
           << r.name << ", " << fastkda::to_string(gate);
     }
+}
+
+// The kVs = 128 scan's operands are part of the plan and of its key: f16 where the state rows
+// have a bound (plan.h f16_scan), at 1.33 us per chunk; tf32 otherwise, at 1.38. For H32 T4096
+// that moves the choice between split T with pairs (f16) and the unsplit streamed scan at
+// vsplit 2 (tf32), so a plan kept for one mode must not serve another of the same shape.
+TEST(PrefillPlan, ScanOperandsInThePlanAndItsKey) {
+  const Plan f16_split = split(40, 96, true, 256 * 32);
+  const Plan tf32_streamed = streamed(unsplit(2), 256 * 32, 68, 0);
+  ForwardParams p = shape(4096, 32);
+  for (int round = 0; round < 2; ++round) {  // each mode after another: the kept plan is keyed
+    ForwardParams given = p, raw = p, pregated = p;
+    given.beta_mode = fastkda::BetaMode::kGiven;
+    raw.l2norm_qk = false;
+    pregated.gate_mode = GateMode::kPreGated;
+    for (const auto& [name, q, want_f16] :
+         {std::tuple{"sigmoid beta, l2norm, bounded", p, true},
+          std::tuple{"given beta", given, false}, std::tuple{"l2norm off", raw, false},
+          std::tuple{"pre-gated", pregated, false}}) {
+      EXPECT_EQ(fastkda::cuda::f16_scan(q), want_f16) << name;
+      const Plan got = plan_of(q);
+      EXPECT_EQ(got.f16, want_f16) << name;
+      if (q.gate_mode == GateMode::kBounded) {  // the pre-gated gate has its own intra costs
+        Plan want = want_f16 ? f16_split : tf32_streamed;
+        want.sms = kH200Sms, want.f16 = want_f16;
+        EXPECT_EQ(describe(got), describe(want)) << name << ", round " << round;
+      }
+    }
+  }
 }
 
 // What the launches rely on, for every plan of a grid of shapes, gates and SM counts (H100 PCIe

@@ -301,7 +301,7 @@ TEST(PrefillGpu, Varlen) {
 // Every value split (kVs = 128, 64, 32 value rows per CTA): the small cases above fill at most 32
 // heads and so always take vsplit = 2 (the plan's cheapest); FASTKDA_PREFILL_VSPLIT forces each.
 // At vsplit 1 the default case runs the f16 scan (scan.cuh WarpScale); pre-gated decays with
-// given betas keep the tf32 one there (launch.cu f16_operands), so both are covered.
+// given betas keep the tf32 one there (plan.h f16_scan), so both are covered.
 TEST(PrefillGpu, EveryValueSplit) {
   FASTKDA_REQUIRE_GPU();
   for (const char* vs : {"1", "2", "4"}) {

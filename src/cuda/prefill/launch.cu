@@ -203,20 +203,13 @@ void launch_with_smem(void (*kernel)(PrefillArgs), dim3 grid, int threads, size_
   FASTKDA_CUDA_CHECK(cudaGetLastError());
 }
 
-// The kVs = 128 scan (unsplit and every split-T pass) takes f16 operands for P^T and O^T where its
-// state rows have a bound (scan.cuh WarpScale): l2norm'd keys, beta <= 2 (sigmoid or 2 sigmoid)
-// and a gate <= 0 (bounded or softplus; pre-gated decays are the caller's). kVs = 64 / 32 keep
-// tf32: at kVs = 64 the scale's upkeep cost what the f16 products saved (session 35).
-bool f16_operands(const PrefillArgs& a) {
-  return a.l2norm && a.beta_act != prefill_cuda::BetaAct::kGiven &&
-         a.gate != prefill_cuda::Gate::kPreGated;
-}
-
+// f16: the kVs = 128 scan on f16 operands (plan.h f16_scan). kVs = 64 / 32 keep tf32: at
+// kVs = 64 the scale's upkeep cost what the f16 products saved (sessions 35, 36).
 template <prefill_cuda::Pass kPass>
-void launch_scan(const PrefillArgs& a, int64_t ctas, bool pdl, cudaStream_t stream) {
+void launch_scan(const PrefillArgs& a, bool f16, int64_t ctas, bool pdl, cudaStream_t stream) {
   switch (a.vsplit) {
     case 1:
-      if (f16_operands(a))
+      if (f16)
         launch<128, kPass, true>(a, ctas, pdl, stream);
       else
         launch<128, kPass>(a, ctas, pdl, stream);
@@ -378,7 +371,8 @@ void prefill(const ForwardParams& p) {
   }
   a.jobs = ctas;
   if (!plan.seg_chunks) {
-    launch_scan<Pass::kWhole>(a, plan.persistent ? std::min(ctas, int64_t(plan.sms)) : ctas,
+    launch_scan<Pass::kWhole>(a, plan.f16,
+                              plan.persistent ? std::min(ctas, int64_t(plan.sms)) : ctas,
                               /*pdl=*/true, stream);
     return;
   }
@@ -387,25 +381,24 @@ void prefill(const ForwardParams& p) {
     // the value and transition rows of the other segments (kPairs), which starts once every kFirst
     // CTA has passed its wait for the intra kernel and runs beside them; it completes after them.
     a.jobs = num_seq * p.HV;
-    const bool f16 = f16_operands(a);
-    if (f16)
+    if (plan.f16)
       launch<128, Pass::kFirst, true>(a, a.jobs, /*pdl=*/true, stream);
     else
       launch<128, Pass::kFirst>(a, a.jobs, /*pdl=*/true, stream);
     a.jobs = ctas / 2;
-    if (f16)
+    if (plan.f16)
       launch<128, Pass::kPairs, true>(a, ctas / 2, /*pdl=*/true, stream);
     else
       launch<128, Pass::kPairs>(a, ctas / 2, /*pdl=*/true, stream);
   } else {
-    launch_scan<Pass::kTransitions>(a, ctas, /*pdl=*/true, stream);
+    launch_scan<Pass::kTransitions>(a, plan.f16, ctas, /*pdl=*/true, stream);
   }
   launch_with_smem(prefill_cuda::combine_kernel,
                    dim3(unsigned(num_seq * p.HV),
                         unsigned(prefill_cuda::kV / prefill_cuda::kCombineRows)),
                    prefill_cuda::kCombineThreads, prefill_cuda::combine_shared_bytes(), stream, a);
   a.jobs = ctas / 2;
-  launch_scan<Pass::kOutputs>(a, ctas / 2, /*pdl=*/false, stream);
+  launch_scan<Pass::kOutputs>(a, plan.f16, ctas / 2, /*pdl=*/false, stream);
 }
 
 }  // namespace fastkda::cuda

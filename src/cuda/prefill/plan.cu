@@ -95,7 +95,12 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
   // kVs = 64: 0.93 since session 30 (Nsight Compute since session 21: 0.93 us per chunk at H64
   // fixed); with 0.96 the streamed H32 T4096 plan came out 12 us above its measured 0.261 ms and
   // lost to a split with pairs that measured 0.264.
-  auto chunk_us = [](int vsplit) { return vsplit == 4 ? 1.15 : vsplit == 2 ? 0.93 : 1.38; };
+  // kVs = 128 on f16 operands (f16_scan, sessions 35-36): 1.33 (Nsight Compute, session 36: H96
+  // fixed's scan 683 us for 512 chunks). With it the bounded H32 rows -1.1 / -1.4 / -1.3 % (T4096
+  // now split with pairs; T16384 / T65536 with shorter segment 0), softplus ...; other rows within
+  // noise (bench/results/2026-12-01_s36, calls 8-9).
+  const double chunk128_us = f16_scan(p) ? 1.33 : 1.38;
+  auto chunk_us = [&](int vsplit) { return vsplit == 4 ? 1.15 : vsplit == 2 ? 0.93 : chunk128_us; };
   constexpr double kWaveUs = 20.0, kSegmentUs = 1.5;
   // The intra kernel (~0.92 SM-us per chunk and head at 5 CTAs per SM in session 13, ~3 % less at 6
   // CTAs per SM since session 14, not refitted: it only weighs plans against each other; 1.06
@@ -372,11 +377,13 @@ bool use_persistent(const ForwardParams& p, int64_t num_seq, const Plan& plan, i
   return double(p.B * p.T) / double(num_seq) <= 256.0;
 }
 
-// What the plan depends on: the shape, the gate, the SM count and the tuning knobs as set.
+// What the plan depends on: the shape, the gate, the scan's operands, the SM count and the tuning
+// knobs as set.
 struct PlanKey {
   int64_t B = 0, T = 0, HV = 0, num_seq = 0;
   bool varlen = false;
   GateMode gate{};
+  bool f16 = false;
   int sms = 0;
   std::array<std::string, 9> knobs;
   bool operator==(const PlanKey&) const = default;
@@ -393,8 +400,12 @@ constexpr const char* kPlanKnobs[9] = {
 // (the size query in validation, then the launch): the last plan of each host thread is kept and
 // reused for the same key. Knob values are compared as set, so a bad one is parsed, and raises its
 // error, on every call (a plan is kept only once computed).
+bool f16_scan(const ForwardParams& p) {
+  return p.l2norm_qk && p.beta_mode != BetaMode::kGiven && p.gate_mode != GateMode::kPreGated;
+}
+
 Plan choose_plan(const ForwardParams& p, int64_t num_seq, int sms) {
-  PlanKey key{p.B, p.T, p.HV, num_seq, p.cu_seqlens != nullptr, p.gate_mode, sms, {}};
+  PlanKey key{p.B, p.T, p.HV, num_seq, p.cu_seqlens != nullptr, p.gate_mode, f16_scan(p), sms, {}};
   for (int i = 0; i < 9; ++i)
     if (const char* v = std::getenv(kPlanKnobs[i])) key.knobs[i] = v;
   thread_local std::optional<std::pair<PlanKey, Plan>> last;
@@ -404,6 +415,7 @@ Plan choose_plan(const ForwardParams& p, int64_t num_seq, int sms) {
   plan.persistent = use_persistent(p, num_seq, plan, sms);
   plan.sms = sms;
   plan.slot_map = p.cu_seqlens && num_seq > 1 && !plan.streamed;
+  plan.f16 = key.f16;
   last.emplace(key, plan);
   return plan;  // streamed plans are one-wave unsplit scans: neither ordered nor persistent
 }

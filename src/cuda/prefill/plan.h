@@ -27,7 +27,14 @@ struct Plan {
   int64_t intra_tiles = 0, retire_tile = 0;
   int keep_sms = 0;
   bool slot_map = false;  // varlen intra grid: slot_map_kernel before it (order.cuh)
+  bool f16 = false;       // the kVs = 128 scan on f16 operands (f16_scan)
 };
+
+// Whether the kVs = 128 scan (vsplit 1: unsplit and every split-T pass) takes f16 operands for
+// P^T and O^T with a scaled state (scan.cuh WarpScale): only where the state rows have a bound,
+// i.e. l2norm'd keys, beta <= 2 (sigmoid or 2 sigmoid) and a gate <= 0 (bounded or softplus;
+// pre-gated decays are the caller's). Elsewhere, and at vsplit 2 / 4, it takes tf32.
+bool f16_scan(const ForwardParams& p);
 
 // The plan for p (num_seq sequences) on a device of `sms` SMs. A tuning knob set to a bad value
 // raises fastkda::Error naming it. The last plan of each host thread is kept for a repeated key.
