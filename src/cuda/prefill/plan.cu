@@ -96,9 +96,11 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
   // fixed); with 0.96 the streamed H32 T4096 plan came out 12 us above its measured 0.261 ms and
   // lost to a split with pairs that measured 0.264.
   // kVs = 128 on f16 operands (f16_scan, sessions 35-36): 1.33 (Nsight Compute, session 36: H96
-  // fixed's scan 683 us for 512 chunks). With it the bounded H32 rows -1.1 / -1.4 / -1.3 % (T4096
-  // now split with pairs; T16384 / T65536 with shorter segment 0), softplus ...; other rows within
-  // noise (bench/results/2026-12-01_s36, calls 8-9).
+  // fixed's scan 683 us for 512 chunks). Against 1.38 for every mode (session 36, call 9, six /
+  // four alternating rounds): bounded H32 T4096 / T16384 / T65536 -0.9 / -1.6 / -1.2 % (T4096
+  // split with pairs, 40 / 96 chunks, instead of the streamed vsplit-2 scan; the others with a
+  // longer segment 0), softplus H32 T16384 / T65536 -1.3 / -1.3 % and H96 fixed -1.6 % (a later
+  // retire tile); every other row -0.6 to +0.2 % (bench/results/2026-12-01_s36).
   const double chunk128_us = f16_scan(p) ? 1.33 : 1.38;
   auto chunk_us = [&](int vsplit) { return vsplit == 4 ? 1.15 : vsplit == 2 ? 0.93 : chunk128_us; };
   constexpr double kWaveUs = 20.0, kSegmentUs = 1.5;
