@@ -67,7 +67,8 @@ Plan varlen_rows(Plan q, bool persistent) {  // more scan CTAs than SMs: longest
   return q;
 }
 // The unsplit streamed plan: the keepers make all but `retire` of the tiles beside the scan
-// (session 32: H96 T8192 at 8.5 % of its tiles, the measured best 6-8 %; H32 T4096 at 0).
+// (session 32: H96 T8192 at 8.5 % of its tiles, the measured best 6-8 %; 11.9 % since session 36's
+// f16 chunk cost, measured the same; H32 T4096 softplus at 0).
 Plan streamed(Plan q, int64_t tiles, int keep_sms, int64_t retire) {
   q.streamed = true, q.intra_tiles = tiles, q.keep_sms = keep_sms, q.retire_tile = retire;
   return q;

@@ -397,15 +397,15 @@ constexpr const char* kPlanKnobs[9] = {
 
 }  // namespace
 
+bool f16_scan(const ForwardParams& p) {  // plan.h
+  return p.l2norm_qk && p.beta_mode != BetaMode::kGiven && p.gate_mode != GateMode::kPreGated;
+}
+
 // The split-T search costs a few microseconds of host time per plan (session 28: 4.7-6 us on the
 // build machine for the few-head rows, ~0.5-2 us otherwise) and every call needs the plan twice
 // (the size query in validation, then the launch): the last plan of each host thread is kept and
 // reused for the same key. Knob values are compared as set, so a bad one is parsed, and raises its
 // error, on every call (a plan is kept only once computed).
-bool f16_scan(const ForwardParams& p) {
-  return p.l2norm_qk && p.beta_mode != BetaMode::kGiven && p.gate_mode != GateMode::kPreGated;
-}
-
 Plan choose_plan(const ForwardParams& p, int64_t num_seq, int sms) {
   PlanKey key{p.B, p.T, p.HV, num_seq, p.cu_seqlens != nullptr, p.gate_mode, f16_scan(p), sms, {}};
   for (int i = 0; i < 9; ++i)
