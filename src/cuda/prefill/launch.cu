@@ -203,16 +203,21 @@ void launch_with_smem(void (*kernel)(PrefillArgs), dim3 grid, int threads, size_
   FASTKDA_CUDA_CHECK(cudaGetLastError());
 }
 
-// f16: the kVs = 128 scan on f16 operands (plan.h f16_scan). kVs = 64 / 32 keep tf32: at
-// kVs = 64 the scale's upkeep cost what the f16 products saved (sessions 35, 36).
+// The kVs = 128 scan, on f16 operands where the plan says so (plan.h f16_scan). kVs = 64 / 32
+// keep tf32: at kVs = 64 the scale's upkeep cost what the f16 products saved (sessions 35, 36).
+template <prefill_cuda::Pass kPass>
+void launch_vs1(const PrefillArgs& a, bool f16, int64_t ctas, bool pdl, cudaStream_t stream) {
+  if (f16)
+    launch<128, kPass, true>(a, ctas, pdl, stream);
+  else
+    launch<128, kPass>(a, ctas, pdl, stream);
+}
+
 template <prefill_cuda::Pass kPass>
 void launch_scan(const PrefillArgs& a, bool f16, int64_t ctas, bool pdl, cudaStream_t stream) {
   switch (a.vsplit) {
     case 1:
-      if (f16)
-        launch<128, kPass, true>(a, ctas, pdl, stream);
-      else
-        launch<128, kPass>(a, ctas, pdl, stream);
+      launch_vs1<kPass>(a, f16, ctas, pdl, stream);
       break;
     case 2:
       launch<64, kPass>(a, ctas, pdl, stream);
@@ -381,15 +386,9 @@ void prefill(const ForwardParams& p) {
     // the value and transition rows of the other segments (kPairs), which starts once every kFirst
     // CTA has passed its wait for the intra kernel and runs beside them; it completes after them.
     a.jobs = num_seq * p.HV;
-    if (plan.f16)
-      launch<128, Pass::kFirst, true>(a, a.jobs, /*pdl=*/true, stream);
-    else
-      launch<128, Pass::kFirst>(a, a.jobs, /*pdl=*/true, stream);
+    launch_vs1<Pass::kFirst>(a, plan.f16, a.jobs, /*pdl=*/true, stream);
     a.jobs = ctas / 2;
-    if (plan.f16)
-      launch<128, Pass::kPairs, true>(a, ctas / 2, /*pdl=*/true, stream);
-    else
-      launch<128, Pass::kPairs>(a, ctas / 2, /*pdl=*/true, stream);
+    launch_vs1<Pass::kPairs>(a, plan.f16, ctas / 2, /*pdl=*/true, stream);
   } else {
     launch_scan<Pass::kTransitions>(a, plan.f16, ctas, /*pdl=*/true, stream);
   }
