@@ -53,7 +53,7 @@ std::string describe(const Plan& q) {
          std::to_string(q.retire_tile) + " of " + std::to_string(q.intra_tiles) +
          " tiles), longest_first " + std::to_string(q.longest_first) + ", persistent " +
          std::to_string(q.persistent) + ", slot_map " + std::to_string(q.slot_map) + ", f16 " +
-         std::to_string(q.f16);
+         std::to_string(q.f16) + ", combine_rows " + std::to_string(q.combine_rows);
 }
 
 // The expected plans of the benchmark rows (BenchmarkShapesOnH200).
@@ -74,10 +74,12 @@ Plan streamed(Plan q, int64_t tiles, int keep_sms, int64_t retire) {
   return q;
 }
 // Split T with pairs (vsplit 1, segment 0's outputs in pass 1); streamed: beside the intra
-// kernel, whose CTAs off the keepers' SMs stop at once (sessions 30, 31).
-Plan split(int seg, int seg0, bool stream, int64_t tiles) {
+// kernel, whose CTAs off the keepers' SMs stop at once (sessions 30, 31). The combine at 32 rows
+// per CTA where 8 CTAs of 16 rows per head would take two waves (H32), else 16.
+Plan split(int seg, int seg0, bool stream, int64_t tiles, int combine_rows = 16) {
   Plan q;
   q.seg_chunks = seg, q.seg0_chunks = seg0, q.first_out = true, q.pairs = true;
+  q.combine_rows = combine_rows;
   if (stream) q.streamed = true, q.intra_tiles = tiles, q.keep_sms = kH200Sms - 32;
   return q;
 }
@@ -106,12 +108,12 @@ TEST(PrefillPlan, BenchmarkShapesOnH200) {
       {"H64 fixed T8192", 8192, 64, 1, false, unsplit(2), unsplit(2)},
       {"H64 varlen six", 8192, 64, 6, true, longest, longest},
       {"H64 varlen 1024x8", 8192, 64, 8, true, longest, longest},
-      {"H32 T4096", 4096, 32, 1, false, split(40, 96, true, 256 * 32),
+      {"H32 T4096", 4096, 32, 1, false, split(40, 96, true, 256 * 32, 32),
        streamed(unsplit(2), 256 * 32, 68, 0)},
-      {"H32 T16384", 16384, 32, 1, false, split(164, 368, true, 1024 * 32),
-       split(148, 432, true, 1024 * 32)},
-      {"H32 T65536", 65536, 32, 1, false, split(656, 1472, true, 4096 * 32),
-       split(592, 1728, true, 4096 * 32)},
+      {"H32 T16384", 16384, 32, 1, false, split(164, 368, true, 1024 * 32, 32),
+       split(148, 432, true, 1024 * 32, 32)},
+      {"H32 T65536", 65536, 32, 1, false, split(656, 1472, true, 4096 * 32, 32),
+       split(592, 1728, true, 4096 * 32, 32)},
       {"H8 T65536", 65536, 8, 1, false, split(236, 344, false, 0), split(236, 344, false, 0)},
       {"H4 T65536", 65536, 4, 1, false, split(120, 176, false, 0), split(120, 176, false, 0)},
       {"64 x 128, H32", 8192, 32, 64, true, short64, short64},
@@ -131,7 +133,7 @@ TEST(PrefillPlan, BenchmarkShapesOnH200) {
 // that moves the choice between split T with pairs (f16) and the unsplit streamed scan at
 // vsplit 2 (tf32), so a plan kept for one mode must not serve another of the same shape.
 TEST(PrefillPlan, ScanOperandsInThePlanAndItsKey) {
-  const Plan f16_split = split(40, 96, true, 256 * 32);
+  const Plan f16_split = split(40, 96, true, 256 * 32, 32);
   const Plan tf32_streamed = streamed(unsplit(2), 256 * 32, 68, 0);
   ForwardParams p = shape(4096, 32);
   for (int round = 0; round < 2; ++round) {  // each mode after another: the kept plan is keyed
@@ -178,7 +180,9 @@ TEST(PrefillPlan, InvariantsOverShapesGatesAndSmCounts) {
             EXPECT_TRUE(q.vsplit == 1 || q.vsplit == 2 || q.vsplit == 4) << what;
             if (q.seg_chunks == 0) {
               EXPECT_TRUE(q.seg0_chunks == 0 && !q.first_out && !q.pairs) << what;
-            } else {  // segments of whole boundary intervals (64 tokens), segment 0 the longest
+              EXPECT_EQ(q.combine_rows, 16) << what;
+            } else {  // the combine in one wave of CTAs where 16 rows per CTA would take two
+              EXPECT_EQ(q.combine_rows, heads * 8 > sms ? 32 : 16) << what;  // segments of whole boundary intervals (64 tokens), segment 0 the longest
               EXPECT_EQ(q.seg_chunks % 4, 0) << what;
               EXPECT_EQ(q.seg0_chunks % 4, 0) << what;
               EXPECT_GE(q.seg0_chunks, q.seg_chunks) << what;
@@ -266,6 +270,13 @@ TEST(PrefillPlan, KnobsForceThePlan) {
     const Plan q = plan_of(shape(8192, 32, 64, true));
     EXPECT_FALSE(q.persistent) << describe(q);
   }
+  for (const char* rows : {"16", "32"}) {  // H32 T16384 takes 32 rows, H8 T65536 16
+    ScopedEnv combine("FASTKDA_PREFILL_COMBINE_ROWS", rows);
+    for (const int64_t hv : {32, 8}) {
+      const Plan q = plan_of(shape(hv == 32 ? 16384 : 65536, hv));
+      EXPECT_TRUE(q.seg_chunks > 0 && q.combine_rows == std::stoi(rows)) << describe(q);
+    }
+  }
 }
 
 // A bad value is an error naming the variable, the expectation and the value, also where the knob
@@ -277,6 +288,7 @@ TEST(PrefillPlan, BadKnobValuesRaiseNamingTheVariable) {
       {"FASTKDA_PREFILL_FIRST_OUT", "2"},  {"FASTKDA_PREFILL_PAIR", "yes"},
       {"FASTKDA_PREFILL_STREAM", "-1"},    {"FASTKDA_PREFILL_RETIRE", "101"},
       {"FASTKDA_PREFILL_ORDER", "1.0"},    {"FASTKDA_PREFILL_PERSIST", " 1"},
+      {"FASTKDA_PREFILL_COMBINE_ROWS", "64"},
   };
   for (const auto& [name, value] : bad) {
     ScopedEnv knob(name, value);

@@ -1025,6 +1025,27 @@ TEST(PrefillGpu, SplitTPairs) {
   }
 }
 
+// The combine at 32 rows of S^T per CTA (two m16 tiles per warp, two M_j stages) against 16 rows
+// (FASTKDA_PREFILL_COMBINE_ROWS): each row's products and sums are the same in either, so the same
+// bits, for 1 to 15 combine steps (stages and fragment buffers reused many times), empty, 1-token
+// and one-segment sequences, at vsplit 1 (pairs) and 2; and the oracle's accuracy at 32 rows.
+TEST(PrefillGpu, SplitTCombineRows) {
+  FASTKDA_REQUIRE_GPU();
+  ScopedEnv env_seg("FASTKDA_PREFILL_SEG", "64");
+  for (const char* vs : {"1", "2"}) {
+    ScopedEnv env_vs("FASTKDA_PREFILL_VSPLIT", vs);
+    Case c;
+    c.seqlens = {0, 1, 100, 192, 193, 1000, 17, 455};
+    c.H = 2, c.HV = 4, c.boundary = true;
+    Problem p(c);
+    DeviceInputs d(p);
+    ScopedEnv env("FASTKDA_PREFILL_COMBINE_ROWS", "16");
+    expect_same_bits_with(p, d, "FASTKDA_PREFILL_COMBINE_ROWS", "32", std::string("vsplit ") + vs);
+    ScopedEnv env32("FASTKDA_PREFILL_COMBINE_ROWS", "32");
+    check_against_oracle(p, (std::string("split combine 32 rows vsplit ") + vs).c_str());
+  }
+}
+
 // Workspace of the streamed intra kernel: ready counters per sequence, head and 8 chunks of the
 // longest sequence (varlen: of all tokens), 256-byte rounded, then the 256-byte tile queue.
 size_t stream_bytes(const Problem& p) {

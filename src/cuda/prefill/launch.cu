@@ -171,7 +171,8 @@ int sm_count(int device) {
 
 // pdl: launched with programmatic stream serialization (right behind the intra kernel, which lets
 // it start early; prefill_kernel waits for the intra kernel's completion before reading the
-// workspace).
+// workspace; split T's pass 2 right behind the combine, whose start states its scan warps wait
+// for).
 template <int kVs, prefill_cuda::Pass kPass, bool kF16 = false>
 void launch(const PrefillArgs& a, int64_t ctas, bool pdl, cudaStream_t stream) {
   constexpr size_t smem = prefill_cuda::shared_bytes<kVs>();
@@ -201,6 +202,15 @@ void launch_with_smem(void (*kernel)(PrefillArgs), dim3 grid, int threads, size_
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   kernel<<<grid, threads, smem, stream>>>(a);
   FASTKDA_CUDA_CHECK(cudaGetLastError());
+}
+
+// Split T's combine, kRows rows of S^T per CTA (Plan::combine_rows).
+template <int kRows>
+void launch_combine(const PrefillArgs& a, int64_t heads, cudaStream_t stream) {
+  launch_with_smem(prefill_cuda::combine_kernel<kRows>,
+                   dim3(unsigned(heads), unsigned(prefill_cuda::kV / kRows)),
+                   prefill_cuda::kCombineThreads, prefill_cuda::combine_shared_bytes<kRows>(),
+                   stream, a);
 }
 
 // The kVs = 128 scan, on f16 operands where the plan says so (plan.h f16_scan). kVs = 64 / 32
@@ -392,12 +402,14 @@ void prefill(const ForwardParams& p) {
   } else {
     launch_scan<Pass::kTransitions>(a, plan.f16, ctas, /*pdl=*/true, stream);
   }
-  launch_with_smem(prefill_cuda::combine_kernel,
-                   dim3(unsigned(num_seq * p.HV),
-                        unsigned(prefill_cuda::kV / prefill_cuda::kCombineRows)),
-                   prefill_cuda::kCombineThreads, prefill_cuda::combine_shared_bytes(), stream, a);
+  if (plan.combine_rows == 32)
+    launch_combine<32>(a, num_seq * p.HV, stream);
+  else
+    launch_combine<16>(a, num_seq * p.HV, stream);
+  // Pass 2 right behind the combine (programmatic stream serialization): its prepare starts on the
+  // SMs the combine leaves or frees, its scan warps wait for the combine's start states.
   a.jobs = ctas / 2;
-  launch_scan<Pass::kOutputs>(a, plan.f16, ctas / 2, /*pdl=*/false, stream);
+  launch_scan<Pass::kOutputs>(a, plan.f16, ctas / 2, /*pdl=*/true, stream);
 }
 
 }  // namespace fastkda::cuda

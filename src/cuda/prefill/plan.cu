@@ -364,6 +364,17 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
   return plan;
 }
 
+// Split T's combine (split.cuh): 16 rows of S^T per CTA, or 32 where N x HV x 8 CTAs of 16 rows
+// (one per SM: ~220 KiB of shared memory) would take more than one wave (H32: 256 CTAs, 17-18 us
+// in Nsight Compute for 3 steps, session 36, against 27 us for H8's 15 steps in one wave).
+// FASTKDA_PREFILL_COMBINE_ROWS=16 / 32 forces it (tests: the same bits either way).
+int use_combine_rows(const ForwardParams& p, int64_t num_seq, int sms) {
+  const std::optional<int64_t> forced = env_knob("FASTKDA_PREFILL_COMBINE_ROWS", "16 or 32",
+                                                 [](int64_t v) { return v == 16 || v == 32; });
+  if (forced) return int(*forced);
+  return num_seq * p.HV * (prefill_cuda::kV / 16) > sms ? 32 : 16;
+}
+
 // Persistent unsplit scan: with more jobs than SMs, one CTA per SM walks jobs b, b + SMs, ...,
 // so that its prepare warps run into the next job while the scan warps finish the last one
 // instead of every job starting with an empty pipeline. Measured (H200, session 5): -1.6 % at
@@ -387,13 +398,14 @@ struct PlanKey {
   GateMode gate{};
   bool f16 = false;
   int sms = 0;
-  std::array<std::string, 9> knobs;
+  std::array<std::string, 10> knobs;
   bool operator==(const PlanKey&) const = default;
 };
-constexpr const char* kPlanKnobs[9] = {
-    "FASTKDA_PREFILL_VSPLIT", "FASTKDA_PREFILL_SEG",   "FASTKDA_PREFILL_SEG0",
+constexpr const char* kPlanKnobs[10] = {
+    "FASTKDA_PREFILL_VSPLIT",  "FASTKDA_PREFILL_SEG",     "FASTKDA_PREFILL_SEG0",
     "FASTKDA_PREFILL_FIRST_OUT", "FASTKDA_PREFILL_STREAM", "FASTKDA_PREFILL_RETIRE",
-    "FASTKDA_PREFILL_ORDER", "FASTKDA_PREFILL_PERSIST", "FASTKDA_PREFILL_PAIR"};
+    "FASTKDA_PREFILL_ORDER",   "FASTKDA_PREFILL_PERSIST", "FASTKDA_PREFILL_PAIR",
+    "FASTKDA_PREFILL_COMBINE_ROWS"};
 
 }  // namespace
 
@@ -408,7 +420,7 @@ bool f16_scan(const ForwardParams& p) {  // plan.h
 // error, on every call (a plan is kept only once computed).
 Plan choose_plan(const ForwardParams& p, int64_t num_seq, int sms) {
   PlanKey key{p.B, p.T, p.HV, num_seq, p.cu_seqlens != nullptr, p.gate_mode, f16_scan(p), sms, {}};
-  for (int i = 0; i < 9; ++i)
+  for (size_t i = 0; i < std::size(kPlanKnobs); ++i)
     if (const char* v = std::getenv(kPlanKnobs[i])) key.knobs[i] = v;
   thread_local std::optional<std::pair<PlanKey, Plan>> last;
   if (last && last->first == key) return last->second;
@@ -418,6 +430,8 @@ Plan choose_plan(const ForwardParams& p, int64_t num_seq, int sms) {
   plan.sms = sms;
   plan.slot_map = p.cu_seqlens && num_seq > 1 && !plan.streamed;
   plan.f16 = key.f16;
+  const int combine_rows = use_combine_rows(p, num_seq, sms);  // (a bad knob raises for any plan)
+  if (plan.seg_chunks) plan.combine_rows = combine_rows;
   last.emplace(key, plan);
   return plan;  // streamed plans are one-wave unsplit scans: neither ordered nor persistent
 }

@@ -28,6 +28,7 @@ struct Plan {
   int keep_sms = 0;
   bool slot_map = false;  // varlen intra grid: slot_map_kernel before it (order.cuh)
   bool f16 = false;       // the kVs = 128 scan on f16 operands (f16_scan)
+  int combine_rows = 16;  // split T: rows of S^T per combine CTA (16 or 32; use_combine_rows)
 };
 
 // Whether the kVs = 128 scan (vsplit 1: unsplit and every split-T pass) takes f16 operands for

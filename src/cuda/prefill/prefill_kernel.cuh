@@ -403,8 +403,10 @@ __global__ void __launch_bounds__(block_threads<kVs, kPairLayout<kPass>>(), 1)
     // their start state meanwhile (written before the intra kernel started). Streamed (a.ready):
     // per chunk instead (wait_ready), while the intra grid still runs. Pass::kPairs is launched
     // behind kFirst, which lets it start once every kFirst CTA has passed this wait (below);
-    // beside the streamed intra kernel both wait on the ready counters instead.
-    if (!a.ready && kPass != Pass::kPairs) device::griddep_wait();
+    // beside the streamed intra kernel both wait on the ready counters instead. Pass::kOutputs is
+    // launched behind the combine, which starts only after pass 1 and the intra kernel are
+    // complete: its prepare needs no wait (its scan warps wait for the start states, below).
+    if (!a.ready && kPass != Pass::kPairs && kPass != Pass::kOutputs) device::griddep_wait();
     if constexpr (kPass == Pass::kFirst) {
       device::bar_sync(kFirstLaunchBarrier, block_threads<kVs>());
       device::griddep_launch_dependents();
@@ -436,6 +438,7 @@ __global__ void __launch_bounds__(block_threads<kVs, kPairLayout<kPass>>(), 1)
       device::griddep_launch_dependents();
     }
     if ((threadIdx.x >> 5) - kPrepWarps * kGroups >= scan_warps<kVs>()) return;  // padding
+    if constexpr (kPass == Pass::kOutputs) device::griddep_wait();  // the combine's S_in(j)
     // Chunks of all of this CTA's jobs (one job per CTA: known from that job, no extra pass).
     int total = -1;
     if (stride < a.jobs) {
