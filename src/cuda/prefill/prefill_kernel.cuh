@@ -54,6 +54,18 @@ struct ScanJob {
 // not use otherwise).
 constexpr int kFirstLaunchBarrier = BarrierIds<128>::kEnd;
 static_assert(kFirstLaunchBarrier < 16, "a free named barrier");
+// The scan warps' meetings around a CTA's staged end state (stage_state_rows, copy_state_rows),
+// after the chunk loop (kFirst's use of the same id is over by then).
+constexpr int kStateBarrier = 15;
+static_assert(BarrierIds<128>::kEnd <= kStateBarrier && BarrierIds<64>::kEnd <= kStateBarrier,
+              "a free named barrier");
+// The staged image of one state lies in the raw stages, which only the prepare groups use (done
+// once the scan warps have read the last chunk's stage): no meeting needed before writing it.
+// The pair job's two images reach into the scan stages (a meeting first), not beyond them.
+static_assert(offsetof(SharedPlan<128>, scan) >= 128 * kStateLd * sizeof(float) &&
+                  offsetof(SharedPlan<64>, scan) >= 64 * kStateLd * sizeof(float) &&
+                  offsetof(SharedPlan<128>, ostage) >= 2 * 128 * kStateLd * sizeof(float),
+              "staged end states inside the stages");
 
 // Pass::kPairs runs the pair CTA layout (config.h prep_groups<kVs, true>: one prepare group for
 // a segment's value and transition rows). Segment 0's output jobs run beside it as Pass::kFirst,
@@ -248,7 +260,11 @@ __device__ __forceinline__ float4 (*key_exchange(SharedPlan<kVs>& sm, int p))[2]
 // The scan of one job: chunk f of the CTA's sequence of chunks (prepare_job) is read from stage
 // f % kStages and released if a later chunk (f + kStages < total) will be written there
 // (total < 0: this job is the CTA's only one).
-template <int kVs, Pass kPass, int kGroups = prep_groups<kVs>(), bool kF16 = false>
+// kStaged: the CTA's end state staged (stage_state_rows) where its layout allows: split T's passes
+// (the unsplit scan keeps store_state: its final state is not on a path to another kernel, and
+// its code stays as measured).
+template <int kVs, Pass kPass, int kGroups = prep_groups<kVs>(), bool kF16 = false,
+          bool kStaged = false>
 __device__ __forceinline__ void scan_job(const PrefillArgs& a, SharedPlan<kVs>& sm,
                                          const ScanJob& job, int& flat, int total) {
   if (total < 0) total = flat + job.c1 - job.c0;  // the CTA's only job
@@ -328,11 +344,22 @@ __device__ __forceinline__ void scan_job(const PrefillArgs& a, SharedPlan<kVs>& 
     }
   }
 
-  if constexpr (kPass == Pass::kTransitions) {  // job.end is always a segment slot here
-    if (job.transition)
-      store_state<true>(job.end, row, k0, S, sc.down);  // M_j, in the combine's layout
+  // The CTA's last job: its end state through the free stages (stage_state_rows) where it is f32
+  // V-first (segment slots, and f32 V-first final states); job-uniform.
+  const bool transition_layout = kPass == Pass::kTransitions && job.transition;
+  if (kStaged && uses_wgmma<kVs>() && flat == total && job.end.ptr && job.end.f32 &&
+      !job.end.k_first) {
+    float* rows = reinterpret_cast<float*>(&sm);
+    if (transition_layout)
+      stage_state_rows<true>(rows, job.row0, row, k0, S, sc.down);  // M_j, the combine's layout
     else
-      store_state(job.end, row, k0, S, sc.down);
+      stage_state_rows(rows, job.row0, row, k0, S, sc.down);
+    copy_state_rows(rows, static_cast<float*>(const_cast<void*>(job.end.ptr)) +
+                              int64_t(job.row0) * kK,
+                    nullptr, kVs, kStateBarrier, 32 * scan_warps<kVs>(),
+                    threadIdx.x - kPrepThreads * kGroups);
+  } else if (transition_layout) {
+    store_state<true>(job.end, row, k0, S, sc.down);
   } else if (job.end.ptr) {
     store_state(job.end, row, k0, S, sc.down);
   }
@@ -373,8 +400,19 @@ __device__ __forceinline__ void scan_pair_job(SharedPlan<128>& sm, const ScanJob
     scan_chunk_pair<kF16>(sm.scan[flat % kStages], SA, SB, vc, &scA, &scB);
     if (flat + kStages < total) device::bar_arrive(Bar::kEmpty0 + flat % kSlots, kThreads);
   }
-  store_state(job.end, vc, 0, SA, scA.down);
-  store_state<true>(job.end_m, vc, 0, SB, scB.down);
+  if (flat == total) {  // the CTA's last job (every pair CTA has one): E_j and M_j staged
+    // M_j's image overlaps the scan stages: every scan warp is done with the last chunk's.
+    device::bar_sync(kStateBarrier, 32 * scan_warps<128>());
+    float* rows = reinterpret_cast<float*>(&sm);
+    stage_state_rows(rows, 0, vc, 0, SA, scA.down);
+    stage_state_rows<true>(rows + 128 * kStateLd, 0, vc, 0, SB, scB.down);
+    copy_state_rows(rows, static_cast<float*>(const_cast<void*>(job.end.ptr)),
+                    static_cast<float*>(const_cast<void*>(job.end_m.ptr)), 128, kStateBarrier,
+                    32 * scan_warps<128>(), threadIdx.x - kPrepThreads * kGroups);
+  } else {
+    store_state(job.end, vc, 0, SA, scA.down);
+    store_state<true>(job.end_m, vc, 0, SB, scB.down);
+  }
 }
 
 // One instantiation per pass, so that the unsplit scan carries none of the split-T branches.
@@ -455,9 +493,10 @@ __global__ void __launch_bounds__(block_threads<kVs, kPairLayout<kPass>>(), 1)
       if constexpr (kPass == Pass::kPairs) {
         scan_pair_job<kF16>(sm, job, flat, total);
       } else if ((kPass == Pass::kTransitions || kPass == Pass::kFirst) && job.outputs) {
-        scan_job<kVs, Pass::kOutputs, prep_groups<kVs>(), kF16>(a, sm, job, flat, total);
+        scan_job<kVs, Pass::kOutputs, prep_groups<kVs>(), kF16, true>(a, sm, job, flat, total);
       } else {
-        scan_job<kVs, kPass, prep_groups<kVs>(), kF16>(a, sm, job, flat, total);
+        scan_job<kVs, kPass, prep_groups<kVs>(), kF16, kPass != Pass::kWhole>(a, sm, job, flat,
+                                                                            total);
       }
     }
   }

@@ -102,6 +102,49 @@ __device__ __forceinline__ void store_state(StateRef dst, int row, int k0,
     }
 }
 
+// A CTA's end state(s) through shared memory (stage_state_rows, then copy_state_rows), where its
+// last job is done and its stages are free: each scan thread writes its elements as store_state
+// would (scaled, V-first or in the combine's layout within each row) into rows of kStateLd floats
+// (padded: at most 2-way bank conflicts), the scan warps meet, and each warp then stores whole
+// rows, 16 bytes per lane (4 cache lines per store). Session 37 (per-CTA clock64 probe, H32
+// T4096): store_state's 64 scattered 4-byte stores per thread (8 lines each) took ~6 us for one
+// state at the end of a kFirst job and ~11 us for the pair job's two, on the path to the
+// combine. Measured (session 37, call 4: six alternating rounds): H32 T4096 -2.2 %, T16384
+// -0.6 % (softplus -1.1 %), every other row within +-0.5 %. Bulk copies (TMA) instead of the row
+// stores: one per padded row cost more than they saved (also at the end of the unsplit scan:
+// H96 fixed +2.5 %), and in the pairs kernel any bulk copy changed ptxas's chunk loop (+36
+// instructions; H8 +2.4 %).
+constexpr int kStateLd = kK + 8;
+template <bool kCombineLayout = false, int kTilesK>
+__device__ __forceinline__ void stage_state_rows(float* rows, int row0, int row, int k0,
+                                                 const float (&S)[kTilesK][4],
+                                                 float scale = 1.0f) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int j = 0; j < kTilesK; ++j)
+#pragma unroll
+    for (int f = 0; f < 4; ++f) {
+      const int v = row + g + (f >= 2 ? 8 : 0), key = k0 + 8 * j + 2 * t + (f & 1);
+      const int in_row = kCombineLayout ? combine_m_offset(v, key) - v * kK : key;
+      rows[(v - row0) * kStateLd + in_row] = S[j][f] * scale;
+    }
+}
+// After stage_state_rows by every scan thread (index i of `threads`): the nrows rows at `rows`
+// to dst0 and, with dst1, the next nrows rows to dst1 (f32 rows of kK floats, the CTA's first
+// row first); the scan threads meet on `barrier` first.
+__device__ __forceinline__ void copy_state_rows(const float* rows, float* dst0, float* dst1,
+                                                int nrows, int barrier, int threads, int i) {
+  device::bar_sync(barrier, threads);
+  constexpr int kPerRow = kK / 4;  // 16-byte pieces
+  const int n = (dst1 ? 2 * nrows : nrows) * kPerRow;
+  for (int x = i; x < n; x += threads) {
+    const int r = x / kPerRow, c = x % kPerRow;
+    float* dst = r < nrows ? dst0 + int64_t(r) * kK : dst1 + int64_t(r - nrows) * kK;
+    *reinterpret_cast<float4*>(dst + 4 * c) =
+        *reinterpret_cast<const float4*>(rows + r * kStateLd + 4 * c);
+  }
+}
+
 // V_new^T's two token tiles (m16n8 accumulators) as the split-bf16 A fragment of the state update:
 // one m16n8k16 / m64n128k16 step over the chunk's 16 tokens (row g / g + 8, tokens 2t, 2t + 1 and
 // 8 + 2t, 8 + 2t + 1), hi + lo.
