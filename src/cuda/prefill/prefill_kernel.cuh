@@ -261,8 +261,11 @@ __device__ __forceinline__ float4 (*key_exchange(SharedPlan<kVs>& sm, int p))[2]
 // f % kStages and released if a later chunk (f + kStages < total) will be written there
 // (total < 0: this job is the CTA's only one).
 // kStaged: the CTA's end state staged (stage_state_rows) where its layout allows: split T's passes
-// (the unsplit scan keeps store_state: its final state is not on a path to another kernel, and
-// its code stays as measured).
+// and the unsplit kVs = 128 scan, whose next CTA on the SM (varlen, more jobs than SMs) starts
+// once this one has stored its final state (session 37, call 6: H96 / H64 varlen -1.3 to -1.6 %,
+// 64 x 128 -1.3 %, H96 fixed +0.2 %). The unsplit kVs = 64 / 32 scans keep store_state (kVs = 64
+// staged too: H64 fixed +0.9 % in call 5, within its +-1 % between alternating runs of the same
+// code in call 6; no row gained).
 template <int kVs, Pass kPass, int kGroups = prep_groups<kVs>(), bool kF16 = false,
           bool kStaged = false>
 __device__ __forceinline__ void scan_job(const PrefillArgs& a, SharedPlan<kVs>& sm,
@@ -495,8 +498,8 @@ __global__ void __launch_bounds__(block_threads<kVs, kPairLayout<kPass>>(), 1)
       } else if ((kPass == Pass::kTransitions || kPass == Pass::kFirst) && job.outputs) {
         scan_job<kVs, Pass::kOutputs, prep_groups<kVs>(), kF16, true>(a, sm, job, flat, total);
       } else {
-        scan_job<kVs, kPass, prep_groups<kVs>(), kF16, kPass != Pass::kWhole>(a, sm, job, flat,
-                                                                            total);
+        scan_job<kVs, kPass, prep_groups<kVs>(), kF16, kPass != Pass::kWhole || kVs == 128>(
+            a, sm, job, flat, total);
       }
     }
   }
