@@ -131,7 +131,8 @@ __device__ __forceinline__ void stage_state_rows(float* rows, int row0, int row,
 }
 // After stage_state_rows by every scan thread (index i of `threads`): the nrows rows at `rows`
 // to dst0 and, with dst1, the next nrows rows to dst1 (f32 rows of kK floats, the CTA's first
-// row first); the scan threads meet on `barrier` first.
+// row first); the scan threads meet on `barrier` before and after (a CTA whose last jobs are
+// empty sequences stages once per job: compute-sanitizer racecheck, session 37).
 __device__ __forceinline__ void copy_state_rows(const float* rows, float* dst0, float* dst1,
                                                 int nrows, int barrier, int threads, int i) {
   device::bar_sync(barrier, threads);
@@ -143,6 +144,7 @@ __device__ __forceinline__ void copy_state_rows(const float* rows, float* dst0, 
     *reinterpret_cast<float4*>(dst + 4 * c) =
         *reinterpret_cast<const float4*>(rows + r * kStateLd + 4 * c);
   }
+  device::bar_sync(barrier, threads);
 }
 
 // V_new^T's two token tiles (m16n8 accumulators) as the split-bf16 A fragment of the state update:
