@@ -181,8 +181,9 @@ TEST(PrefillPlan, InvariantsOverShapesGatesAndSmCounts) {
             if (q.seg_chunks == 0) {
               EXPECT_TRUE(q.seg0_chunks == 0 && !q.first_out && !q.pairs) << what;
               EXPECT_EQ(q.combine_rows, 16) << what;
-            } else {  // the combine in one wave of CTAs where 16 rows per CTA would take two
-              EXPECT_EQ(q.combine_rows, heads * 8 > sms ? 32 : 16) << what;  // segments of whole boundary intervals (64 tokens), segment 0 the longest
+            } else {  // segments of whole boundary intervals (64 tokens), segment 0 the longest;
+              // the combine in one wave of CTAs where 16 rows per CTA would take two
+              EXPECT_EQ(q.combine_rows, heads * 8 > sms ? 32 : 16) << what;
               EXPECT_EQ(q.seg_chunks % 4, 0) << what;
               EXPECT_EQ(q.seg0_chunks % 4, 0) << what;
               EXPECT_GE(q.seg0_chunks, q.seg_chunks) << what;

@@ -1027,7 +1027,7 @@ TEST(PrefillGpu, SplitTPairs) {
 
 // The combine at 32 rows of S^T per CTA (two m16 tiles per warp, two M_j stages) against 16 rows
 // (FASTKDA_PREFILL_COMBINE_ROWS): each row's products and sums are the same in either, so the same
-// bits, for 1 to 15 combine steps (stages and fragment buffers reused many times), empty, 1-token
+// bits, for 1 to 14 combine steps (stages and fragment buffers reused many times), empty, 1-token
 // and one-segment sequences, at vsplit 1 (pairs) and 2; and the oracle's accuracy at 32 rows.
 TEST(PrefillGpu, SplitTCombineRows) {
   FASTKDA_REQUIRE_GPU();
