@@ -22,7 +22,8 @@ Modes: "f32" (operands f32), "tf32" (round to nearest away, 10 mantissa bits), "
 right operand, the scan's register operand S or V_new, truncated instead: raw f32 bits),
 "tf32_btc" (the same with the left operand scaled by 1 + TRUNC_BIAS, the truncation's mean),
 "tf32_atc" (the left operand, a prepare-formed one such as kw or qs, scaled and truncated),
-"tf32_tc" (both scaled and truncated: the intra products), "bf16",
+"tf32_tc" (both scaled and truncated: the intra products), "bf16", "f16" (both rounded to f16,
+unscaled: the kernel scales S^T into f16's range, which this leaves out),
 "bf16x3" (split hi + lo bf16: hi.hi + hi.lo + lo.hi), "bf16x2" (A split, B bf16), "bf16x2b"
 (A bf16, B split). "reassoc" /
 "ks": V_new = U - Tb (kw S) instead of U - W S (chunk_step). Split-T
@@ -81,6 +82,8 @@ def mm(a, b, mode):
         r = tf32_trunc(a * c).astype(np.float64) @ tf32_trunc(b * c).astype(np.float64)
     elif mode == "bf16":
         r = bf16(a).astype(np.float64) @ bf16(b).astype(np.float64)
+    elif mode == "f16":  # both rounded to nearest f16 (11 significant bits, subnormals under 2^-14)
+        r = a.astype(np.float16).astype(np.float64) @ b.astype(np.float16).astype(np.float64)
     elif mode == "bf16x2b":  # a bf16, b split hi + lo
         bh = bf16(b)
         ah = bf16(a).astype(np.float64)
@@ -338,6 +341,13 @@ AS_GPU = {**KEPT, "ks": "tf32_atc", "reassoc_v": "bf16x3", "qs": "tf32_atc"}
 AS_GPU_SEEDS = {**AS_GPU, "floor2": 128, "intra": "tf32_tc"}
 
 
+# The 64-token WY scan fed by a producer kernel (session 38, tests/gpu/test_wy64_bench.cu): the
+# producer forms W = Tb kw and U = Tb v over the whole chunk (split bf16 from f32, as today's
+# prepare), stores W and qs as f16 and A_qk as f16; the scan's three products with S^T / V_new^T
+# on f16 wgmma, the state update in split bf16; intra operands truncated and scaled, decay floor.
+WY64 = {**KEPT, "floor2": 128, "intra": "tf32_tc", "ws": "f16", "qs": "f16", "av": "f16"}
+
+
 def every(mode):
     return dict.fromkeys(("intra", "wu", "ws", "qs", "av", "su"), mode)
 
@@ -428,6 +438,12 @@ CONFIGS = {  # name: (C, modes[, split-T segment tokens])
     "C64 bf16x3 everywhere": (64, every("bf16x3")),
     "C64 bf16, state update bf16x3": (64, {**every("bf16"), "su": "bf16x3"}),
     "C64 all bf16 (fla-like)": (64, every("bf16")),
+    "C64 WY (session 38): W / U bf16x3, W.S / qs.S / A_qk V_new f16, state update bf16x3": (
+        64,
+        WY64,
+    ),
+    "C64 WY, Tb by 16-blocks, tf32 products": (64, {**WY64, "solve": "tf32"}),
+    "C64 WY, W / U f32": (64, {**WY64, "wu": "f32"}),
     "C64 split-T, 256-token segments, combine / fix f32": (64, KEPT, 256),
     "C64 split-T, 256-token segments, combine / fix tf32": (
         64,
@@ -493,6 +509,8 @@ SEED_CONFIGS = {
     "C16 kept, log2 decay per token >= -64": (16, {**KEPT, "floor2": 64}),
     "C64 kept, log2 decay per token >= -128": (64, {**KEPT, "floor2": 128}),
     "C32 as GPU, kw / qs and intra operands truncated, scaled": (32, AS_GPU_SEEDS),
+    "C64 WY (session 38)": (64, WY64),
+    "C64 WY, Tb by 16-blocks, tf32 products": (64, {**WY64, "solve": "tf32"}),
     "C32 as GPU, Tb by 16-blocks, bf16x3 products": (32, {**AS_GPU_SEEDS, "solve": "bf16x3"}),
 }
 
