@@ -30,6 +30,7 @@
 #include "cuda/device/ptx.cuh"
 #include "cuda/device/wgmma.cuh"
 #include "gpu_buffers.h"
+#include "gpu_test_util.h"
 
 namespace {
 
@@ -95,7 +96,7 @@ struct Bars {
 template <int kWgs, bool kOut, bool kHot, bool kStore = kOut>
 __global__ void __launch_bounds__(128 + 128 * kWgs, 1)
     wy64_consumer_kernel(int chunks, const unsigned char* img, const unsigned char* uimg,
-                         uint16_t* out, float* state_out) {
+                         uint16_t* out, float* state_out, int zero_state = 0) {
   using L = Layout<kWgs>;
   constexpr int kNb = L::kOutBufs;
   extern __shared__ __align__(1024) unsigned char smem[];
@@ -153,7 +154,7 @@ __global__ void __launch_bounds__(128 + 128 * kWgs, 1)
   const int wt = tid % 128;  // thread in its warpgroup
   float S[64], O[32];
 #pragma unroll
-  for (int i = 0; i < 64; ++i) S[i] = 0.01f * float((tid + i) % 7);
+  for (int i = 0; i < 64; ++i) S[i] = zero_state ? 0.0f : 0.01f * float((tid + i) % 7);
 #pragma unroll
   for (int i = 0; i < 32; ++i) O[i] = 0.0f;
   for (int c = 0; c < chunks; ++c) {
@@ -263,6 +264,321 @@ __global__ void fill_images(uint32_t* img, size_t img_words, uint32_t* uimg, siz
     uimg[i] = __float_as_uint(0.5f);
 }
 
+// ---- The producer (session 38 probe): one 64-token chunk of one head per CTA ------------------
+// Makes the consumer's stage image from q, k, v, g, beta (bf16; bounded gate with A_log and
+// dt_bias, l2norm, sigmoid beta; T a multiple of 64, H = HV) by the CPU chunked path's algorithm
+// (src/cpu/chunked.cpp), G in log2 and f32:
+//   F_r = 2^(G_r - Ga_I), H_s = 2^(Gend_J - G_s) for rows r of 16-row block I, s of block J, with
+//   Ga_I = G at the row before block I (0 for I = 0), Gend_J = G at block J's last row: both in
+//   [2^-116, 1] for the bounded gate (>= -7.22 per token in log2).
+//   A'[r][s] = sum_c (k^_r F_r)(k^_s H_s 2^(Ga_I - Gend_J)), A_qk likewise with q^_r F_r (s <= r):
+//   for J < I the column factor is <= 1, for J = I it is 2^(Ga_I - Gend_I) <= 2^116; tf32 MMA.
+//   N = diag(beta) A' (strictly lower), X = (I + N)^-1 by 16 x 16 blocks (f32), Tb = X diag(beta)
+//   W = Tb kw (kw = k^ F 2^Ga), U = Tb v: split bf16 mma.sync (3 and 2 products)
+//   qs = scale q^ F 2^Ga (f16), ke = k^ H 2^(G_63 - Gend) (split bf16), decays 2^G_63.
+// Shared memory 115456 B: two CTAs per SM.
+namespace prod {
+
+constexpr int kR = 64, kCols = 128, kThreads = 256;
+// f32 [64][128] tiles, XOR-swizzled by row so that mma fragment loads (8 rows x 4 columns) and
+// column-wise writes are conflict-free.
+__device__ __forceinline__ int sw(int r, int c) { return r * kCols + (c ^ ((r & 7) << 2)); }
+
+struct Smem {
+  float kf[kR * kCols];  // k^ F: A' rows, kw / 2^Ga
+  float qf[kR * kCols];  // q^ F: A_qk rows; then v (bf16 [64][136]) for U
+  float kh[kR * kCols];  // k^ H: A' / A_qk columns, ke / 2^(G_63 - Gend); then the solve's Y
+  float nb[10][16][16];  // N by 16 x 16 blocks (I, J <= I) at I (I + 1) / 2 + J; then X
+  float gend[4][kCols];  // Gend_I
+  float pe[8][kCols];    // 2^Ga_I (I = 0..3), 2^(G_63 - Gend_I) (4 + I)
+  float rq[kR], rk[kR], beta[kR];
+};
+static_assert(sizeof(Smem) <= 115712, "two CTAs per SM");
+constexpr int kLdV = 136;  // bf16 row stride of v in qf's space
+
+struct Args {
+  const uint16_t *q, *k, *v, *g, *beta;  // [T][H][128] bf16 rows at the strides below, beta [T][H]
+  int64_t q_stride, k_stride, v_stride, g_stride, beta_stride;  // elements per token
+  const float *A_log, *dt_bias;                                 // [H], [H][128]
+  float lower_bound_log2, scale;
+  int H, chunks;
+  unsigned char *img, *uimg;
+};
+
+__device__ __forceinline__ float bf(uint16_t h) { return __uint_as_float(uint32_t(h) << 16); }
+__device__ __forceinline__ int nb_index(int I, int J) { return I * (I + 1) / 2 + J; }
+// Step 3's jobs per warp: (row block I, column block J, n8 tile), I < 0: none.
+__constant__ int8_t kJobs[8][3][3] = {
+    {{3, 0, 0}, {3, 0, 1}, {-1, 0, 0}}, {{3, 1, 0}, {3, 1, 1}, {-1, 0, 0}},
+    {{3, 2, 0}, {3, 2, 1}, {-1, 0, 0}}, {{3, 3, 0}, {3, 3, 1}, {-1, 0, 0}},
+    {{2, 0, 0}, {2, 0, 1}, {0, 0, 0}},  {{2, 1, 0}, {2, 1, 1}, {0, 0, 1}},
+    {{2, 2, 0}, {2, 2, 1}, {1, 0, 0}},  {{1, 0, 1}, {1, 1, 0}, {1, 1, 1}}};
+__constant__ int8_t kUpper[6][2] = {{0, 1}, {0, 2}, {0, 3}, {1, 2}, {1, 3}, {2, 3}};
+
+// W (f16) at token r, keys key, key + 1 of the image; U^T's element (token, value) of the value
+// half's block in the consumer's P^T fragment order.
+__host__ __device__ __forceinline__ uint32_t w_offset(int r, int key) {
+  return (key / 16) * 4096 + ((key % 16) / 8) * 2048 + (r / 8) * 128 + (r % 8) * 16 + (key % 8) * 2;
+}
+__host__ __device__ __forceinline__ uint32_t u_index(int tok,
+                                                     int vv) {  // vv: value within its half
+  const int w = vv / 16, g = vv % 8, hi = (vv % 16) / 8, i = tok / 8, t = (tok % 8) / 2;
+  return uint32_t((i * 128 + 32 * w + 4 * g + t) * 4 + hi * 2 + tok % 2);
+}
+
+__global__ void __launch_bounds__(kThreads, 2) producer_kernel(const __grid_constant__ Args a) {
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
+  const int c = int(blockIdx.x) / a.H, h = int(blockIdx.x) % a.H;  // chunk-major order
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid & 31, g = lane / 4, t = lane & 3;
+  const int64_t tok0 = int64_t(c) * kR;
+  auto row_ptr = [&](const uint16_t* x, int64_t stride, int r) {
+    return x + (tok0 + r) * stride + h * kCols;
+  };
+  unsigned char* img = a.img + (size_t(h) * a.chunks + c) * kImgBytes;
+  float* uimg = reinterpret_cast<float*>(a.uimg + (size_t(h) * a.chunks + c) * 2 * kUBytes);
+
+  // 1. Row norms (a warp per row of q or k) and beta.
+  for (int row = warp; row < 2 * kR; row += 8) {
+    const uint2 x = *reinterpret_cast<const uint2*>(
+        (row < kR ? row_ptr(a.q, a.q_stride, row) : row_ptr(a.k, a.k_stride, row - kR)) + 4 * lane);
+    const float x0 = bf(x.x & 0xffff), x1 = bf(x.x >> 16), x2 = bf(x.y & 0xffff),
+                x3 = bf(x.y >> 16);
+    float ss = x0 * x0 + x1 * x1 + x2 * x2 + x3 * x3;
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    if (lane == 0) (row < kR ? sm.rq : sm.rk)[row % kR] = rsqrt_approx(ss + 1e-6f);
+  }
+  if (tid < kR) {
+    const float b = bf(a.beta[(tok0 + tid) * a.beta_stride + h]);
+    sm.beta[tid] = rcp_approx(1.0f + ex2_approx(-b * 1.4426950408889634f));
+  }
+  // 2. The gate's cumulative sum G (log2) down each key column: thread (col, half) sums rows
+  // 32 half .. 32 half + 31 from 0, half 1 then adds G_31.
+  const int col = tid % kCols, half = tid / kCols;
+  float G[32];
+  {
+    const float A = ex2_approx(a.A_log[h] * 1.4426950408889634f);
+    const float cc = -A * 1.4426950408889634f, bc = a.dt_bias[h * kCols + col] * cc;
+    float run = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+      const float x = bf(a.g[(tok0 + 32 * half + i) * a.g_stride + h * kCols + col]);
+      const float sig = rcp_approx(1.0f + ex2_approx(fmaf(x, cc, bc)));
+      run = fmaf(sig, a.lower_bound_log2, run);
+      G[i] = run;
+    }
+  }
+  if (half == 0) {
+    sm.gend[0][col] = G[15];
+    sm.gend[1][col] = G[31];
+  }
+  __syncthreads();
+  if (half == 1) {
+    const float off = sm.gend[1][col];
+#pragma unroll
+    for (int i = 0; i < 32; ++i) G[i] += off;
+    sm.gend[2][col] = G[15];
+    sm.gend[3][col] = G[31];
+  }
+  {
+    // F, H and the row / column operands of this thread's 32 rows (blocks 2 half, 2 half + 1).
+    const float ga0 = half == 0 ? 0.0f : sm.gend[1][col];  // the row before block 2 half
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+      const int r = 32 * half + i;
+      const float ga = i < 16 ? ga0 : G[15], gend = i < 16 ? G[15] : G[31];
+      const float F = ex2_approx(G[i] - ga), H = ex2_approx(gend - G[i]);
+      const float kn = bf(row_ptr(a.k, a.k_stride, r)[col]) * sm.rk[r];
+      const float qn = bf(row_ptr(a.q, a.q_stride, r)[col]) * sm.rq[r];
+      sm.kf[sw(r, col)] = kn * F;
+      sm.qf[sw(r, col)] = qn * F;
+      sm.kh[sw(r, col)] = kn * H;
+    }
+  }
+  __syncthreads();
+  if (tid < kCols) {  // per-column factors of qs / kw and ke
+#pragma unroll
+    for (int I = 0; I < 4; ++I) {
+      sm.pe[I][tid] = I == 0 ? 1.0f : ex2_approx(sm.gend[I - 1][tid]);
+      sm.pe[4 + I][tid] = ex2_approx(sm.gend[3][tid] - sm.gend[I][tid]);
+    }
+    reinterpret_cast<float*>(img + kDecayOff)[tid] = ex2_approx(sm.gend[3][tid]);
+  }
+  // 3. A' and A_qk by (row block I, column block J <= I, n8 tile) jobs, 2-3 per warp.
+  {
+#pragma unroll 1
+    for (int jb = 0; jb < 3; ++jb) {
+      const int I = kJobs[warp][jb][0], J = kJobs[warp][jb][1], n = kJobs[warp][jb][2];
+      if (I < 0) break;
+      float ap[4] = {0, 0, 0, 0}, aq[4] = {0, 0, 0, 0};
+      const int ra = 16 * I + g, rb = ra + 8, s = 16 * J + 8 * n + g;
+#pragma unroll 4
+      for (int kk = 0; kk < 16; ++kk) {
+        const int k0 = 8 * kk + t, k1 = k0 + 4;
+        const float ga0 = I == 0 ? 0.0f : sm.gend[I - 1][k0];
+        const float ga1 = I == 0 ? 0.0f : sm.gend[I - 1][k1];
+        const float c0 = ex2_approx(ga0 - sm.gend[J][k0]), c1 = ex2_approx(ga1 - sm.gend[J][k1]);
+        const uint32_t ak[4] = {tf32_rn(sm.kf[sw(ra, k0)]), tf32_rn(sm.kf[sw(rb, k0)]),
+                                tf32_rn(sm.kf[sw(ra, k1)]), tf32_rn(sm.kf[sw(rb, k1)])};
+        const uint32_t aqf[4] = {tf32_rn(sm.qf[sw(ra, k0)]), tf32_rn(sm.qf[sw(rb, k0)]),
+                                 tf32_rn(sm.qf[sw(ra, k1)]), tf32_rn(sm.qf[sw(rb, k1)])};
+        const uint32_t b0 = tf32_rn(sm.kh[sw(s, k0)] * c0), b1 = tf32_rn(sm.kh[sw(s, k1)] * c1);
+        mma_m16n8k8_tf32(ap, ak, b0, b1);
+        mma_m16n8k8_tf32(aq, aqf, b0, b1);
+      }
+      // Elements (row ra / rb, columns sc, sc + 1).
+      const int sc = 16 * J + 8 * n + 2 * t;
+      float* nbl = &sm.nb[nb_index(I, J)][0][0];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int r = e ? rb : ra;
+        float x0 = sc < r ? sm.beta[r] * ap[2 * e] : 0.0f;
+        float x1 = sc + 1 < r ? sm.beta[r] * ap[2 * e + 1] : 0.0f;
+        nbl[(r - 16 * I) * 16 + sc - 16 * J] = x0;
+        nbl[(r - 16 * I) * 16 + sc + 1 - 16 * J] = x1;
+        const float q0 = sc <= r ? a.scale * aq[2 * e] : 0.0f;
+        const float q1 = sc + 1 <= r ? a.scale * aq[2 * e + 1] : 0.0f;
+        *reinterpret_cast<uint32_t*>(img + kAqOff + (sc / 16) * 2048 + ((sc % 16) / 8) * 1024 +
+                                     (r / 8) * 128 + (r % 8) * 16 + (sc % 8) * 2) =
+            pack_f16x2(q0, q1);
+      }
+    }
+  }
+  // A_qk's blocks above the diagonal: zeros.
+  for (int i = tid; i < 6 * 16 * 8; i += kThreads) {  // (I < J) blocks, f16 pairs
+    const int b = i / 128, e = i % 128, r = 16 * kUpper[b][0] + e / 8,
+              s = 16 * kUpper[b][1] + 2 * (e % 8);
+    *reinterpret_cast<uint32_t*>(img + kAqOff + (s / 16) * 2048 + ((s % 16) / 8) * 1024 +
+                                 (r / 8) * 128 + (r % 8) * 16 + (s % 8) * 2) = 0u;
+  }
+  __syncthreads();
+  // 4. Elementwise: qs (f16, 8 keys of a token per item), ke hi / lo (bf16, 8 tokens of a key).
+  for (int it = tid; it < kR * 16; it += kThreads) {
+    const int r = it / 16, k0 = 8 * (it % 16), I = r / 16;
+    uint32_t pk[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      pk[j] = pack_f16x2(a.scale * sm.qf[sw(r, k0 + 2 * j)] * sm.pe[I][k0 + 2 * j],
+                         a.scale * sm.qf[sw(r, k0 + 2 * j + 1)] * sm.pe[I][k0 + 2 * j + 1]);
+    *reinterpret_cast<uint4*>(img + w_offset(64 + r, k0)) = make_uint4(pk[0], pk[1], pk[2], pk[3]);
+  }
+  for (int it = tid; it < kCols * 8; it += kThreads) {
+    const int key = it % kCols, s0 = 8 * (it / kCols), J = s0 / 16;
+    uint32_t hi[4], lo[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      split_bf16x2(sm.kh[sw(s0 + 2 * j, key)] * sm.pe[4 + J][key],
+                   sm.kh[sw(s0 + 2 * j + 1, key)] * sm.pe[4 + J][key], hi[j], lo[j]);
+    const uint32_t off =
+        kKeOff + (s0 / 16) * 8192 + ((s0 % 16) / 8) * 2048 + (key / 8) * 128 + (key % 8) * 16;
+    *reinterpret_cast<uint4*>(img + off) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+    *reinterpret_cast<uint4*>(img + off + 4096) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+  }
+  __syncthreads();
+  // v (bf16 rows of 272 B) into qf's space, while the solve runs.
+  uint16_t* vs = reinterpret_cast<uint16_t*>(sm.qf);
+  for (int i = tid; i < kR * 16; i += kThreads)
+    cp_async_cg_16(vs + (i / 16) * kLdV + 8 * (i % 16),
+                   row_ptr(a.v, a.v_stride, i / 16) + 8 * (i % 16), 16);
+  cp_async_commit_group();
+  // 5. X = (I + N)^-1: the diagonal blocks by forward substitution (warp I, lane j: column j)...
+  if (warp < 4 && lane < 16) {
+    float* nd = &sm.nb[nb_index(warp, warp)][0][0];
+    float x[16];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      float acc = i == lane ? 1.0f : 0.0f;
+#pragma unroll
+      for (int s2 = 0; s2 < i; ++s2) acc = fmaf(-nd[i * 16 + s2], x[s2], acc);
+      x[i] = acc;
+    }
+    __syncwarp(0xffffu);
+#pragma unroll
+    for (int i = 0; i < 16; ++i) nd[i * 16 + lane] = x[i];
+  }
+  __syncthreads();
+  // ... then the blocks below them, row block by row block: Y_J = sum_{J <= M < I} N_IM X_MJ,
+  // X_IJ = -X_II Y_J (Y in kh's space).
+  float* ybuf = sm.kh;
+  for (int I = 1; I < 4; ++I) {
+    for (int e = tid; e < I * 256; e += kThreads) {
+      const int J = e / 256, i = (e % 256) / 16, j = e % 16;
+      float acc = 0.0f;
+      for (int M = J; M < I; ++M) {
+        const float* n_im = &sm.nb[nb_index(I, M)][i][0];
+        const float* x_mj = &sm.nb[nb_index(M, J)][0][j];
+#pragma unroll
+        for (int s2 = 0; s2 < 16; ++s2) acc = fmaf(n_im[s2], x_mj[s2 * 16], acc);
+      }
+      ybuf[e] = acc;
+    }
+    __syncthreads();
+    for (int e = tid; e < I * 256; e += kThreads) {
+      const int J = e / 256, i = (e % 256) / 16, j = e % 16;
+      const float* x_ii = &sm.nb[nb_index(I, I)][i][0];
+      float acc = 0.0f;
+#pragma unroll
+      for (int s2 = 0; s2 < 16; ++s2) acc = fmaf(x_ii[s2], ybuf[J * 256 + s2 * 16 + j], acc);
+      sm.nb[nb_index(I, J)][i][j] = -acc;
+    }
+    __syncthreads();
+  }
+  cp_async_wait_group<0>();
+  __syncthreads();
+  // 6. W = Tb kw and U = Tb v: warp w takes keys and values 16 w .. 16 w + 15 (two n8 tiles).
+#pragma unroll 1
+  for (int I = 0; I < 4; ++I) {
+    float aw[2][4] = {}, au[2][4] = {};
+#pragma unroll 1
+    for (int J = 0; J <= I; ++J) {
+      const float* x = &sm.nb[nb_index(I, J)][0][0];
+      const float* bt = &sm.beta[16 * J];
+      uint32_t th[4], tl[4];
+      split_bf16x2(x[g * 16 + 2 * t] * bt[2 * t], x[g * 16 + 2 * t + 1] * bt[2 * t + 1], th[0],
+                   tl[0]);
+      split_bf16x2(x[(g + 8) * 16 + 2 * t] * bt[2 * t], x[(g + 8) * 16 + 2 * t + 1] * bt[2 * t + 1],
+                   th[1], tl[1]);
+      split_bf16x2(x[g * 16 + 2 * t + 8] * bt[2 * t + 8], x[g * 16 + 2 * t + 9] * bt[2 * t + 9],
+                   th[2], tl[2]);
+      split_bf16x2(x[(g + 8) * 16 + 2 * t + 8] * bt[2 * t + 8],
+                   x[(g + 8) * 16 + 2 * t + 9] * bt[2 * t + 9], th[3], tl[3]);
+#pragma unroll
+      for (int n = 0; n < 2; ++n) {
+        const int key = 16 * warp + 8 * n + g, s0 = 16 * J + 2 * t;
+        const float p = sm.pe[J][key];
+        uint32_t kh0, kl0, kh1, kl1;
+        split_bf16x2(sm.kf[sw(s0, key)] * p, sm.kf[sw(s0 + 1, key)] * p, kh0, kl0);
+        split_bf16x2(sm.kf[sw(s0 + 8, key)] * p, sm.kf[sw(s0 + 9, key)] * p, kh1, kl1);
+        mma_m16n8k16_bf16(aw[n], tl, kh0, kh1);
+        mma_m16n8k16_bf16(aw[n], th, kl0, kl1);
+        mma_m16n8k16_bf16(aw[n], th, kh0, kh1);
+        const uint32_t v0 = uint32_t(vs[s0 * kLdV + key]) | uint32_t(vs[(s0 + 1) * kLdV + key])
+                                                                << 16;
+        const uint32_t v1 =
+            uint32_t(vs[(s0 + 8) * kLdV + key]) | uint32_t(vs[(s0 + 9) * kLdV + key]) << 16;
+        mma_m16n8k16_bf16(au[n], tl, v0, v1);
+        mma_m16n8k16_bf16(au[n], th, v0, v1);
+      }
+    }
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+      const int key = 16 * warp + 8 * n + 2 * t;
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int r = 16 * I + g + 8 * e;
+        *reinterpret_cast<uint32_t*>(img + w_offset(r, key)) =
+            pack_f16x2(aw[n][2 * e], aw[n][2 * e + 1]);
+        float* ub = uimg + (key / 64) * (kUBytes / 4);
+        ub[u_index(r, key % 64)] = au[n][2 * e];
+        ub[u_index(r, key % 64 + 1)] = au[n][2 * e + 1];
+      }
+    }
+  }
+}
+
+}  // namespace prod
+
 struct Timing {
   float us_per_16;  // per 16 tokens of one CTA's chain
   float ms;
@@ -288,7 +604,7 @@ Timing time_consumer(int heads, int tokens) {
     kernel<<<2 * heads / kWgs, 128 + 128 * kWgs, L::kSmem>>>(
         chunks, static_cast<const unsigned char*>(img.get()),
         static_cast<const unsigned char*>(uimg.get()), static_cast<uint16_t*>(out.get()),
-        static_cast<float*>(state.get()));
+        static_cast<float*>(state.get()), 0);
   };
   launch();
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -331,6 +647,270 @@ TEST(Wy64Bench, DISABLED_Consumer) {
     const Timing tm = r.fn(r.heads, r.tokens);
     std::printf("%-28s %8.4f %10.4f %10.0f\n", r.name, tm.ms, tm.us_per_16,
                 tm.stage_bytes / (tm.ms * 1e-3) / 1e9);
+    std::fflush(stdout);
+  }
+}
+
+// Pseudo-random bf16 inputs on the device (timing shapes): q, k, v ~ uniform [-1.7, 1.7], g
+// ~ uniform [-2, 2], beta logits ~ uniform [-2, 2].
+__global__ void fill_bf16(uint16_t* x, size_t n, uint32_t salt, float amp) {
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x) {
+    uint32_t h = uint32_t(i) * 2654435761u ^ salt;
+    h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
+    const float u = float(h >> 8) * (1.0f / 16777216.0f) * 2.0f - 1.0f;
+    x[i] = uint16_t(__float_as_uint(amp * u) >> 16);
+  }
+}
+
+prod::Args producer_args(const void* q, const void* k, const void* v, const void* g,
+                         const void* beta, const float* A_log, const float* dt_bias,
+                         float lower_bound, int H, int T, void* img, void* uimg) {
+  prod::Args a{};
+  a.q = static_cast<const uint16_t*>(q), a.k = static_cast<const uint16_t*>(k);
+  a.v = static_cast<const uint16_t*>(v), a.g = static_cast<const uint16_t*>(g);
+  a.beta = static_cast<const uint16_t*>(beta);
+  a.A_log = A_log, a.dt_bias = dt_bias;
+  a.lower_bound_log2 = lower_bound * 1.4426950408889634f;
+  a.scale = 1.0f / std::sqrt(128.0f);
+  a.H = H, a.chunks = T / kChunk;
+  a.q_stride = a.k_stride = a.v_stride = a.g_stride = int64_t(H) * 128, a.beta_stride = H;
+  a.img = static_cast<unsigned char*>(img), a.uimg = static_cast<unsigned char*>(uimg);
+  return a;
+}
+
+// A test problem's inputs (its strides) as producer arguments.
+prod::Args problem_args(const fastkda_prefill_test::Problem& p,
+                        const fastkda_prefill_test::DeviceInputs& d, void* img, void* uimg) {
+  prod::Args a = producer_args(d.q.get(), d.k.get(), d.v.get(), d.g.get(), d.beta.get(),
+                               static_cast<const float*>(d.A_log.get()),
+                               static_cast<const float*>(d.dt_bias.get()), p.c.lower_bound, p.c.H,
+                               int(p.c.T), img, uimg);
+  a.q_stride = p.q_stride, a.k_stride = p.k_stride, a.v_stride = p.v_stride;
+  a.g_stride = p.g_stride, a.beta_stride = p.beta_stride;
+  return a;
+}
+
+void launch_producer(const prod::Args& a) {
+  const int smem = int(sizeof(prod::Smem));
+  cudaFuncSetAttribute(prod::producer_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  prod::producer_kernel<<<a.chunks * a.H, prod::kThreads, smem>>>(a);
+}
+
+// The producer's images through the consumer (one warpgroup per value half, zero start state)
+// against the fp64 oracle: out within the prefill bound when every field is right.
+TEST(Wy64Bench, DISABLED_ProducerConsumerMatchOracle) {
+  using namespace fastkda_prefill_test;
+  FASTKDA_REQUIRE_GPU();
+  Case cs;
+  cs.T = 1024, cs.H = cs.HV = 4;
+  cs.g_dtype = cs.beta_dtype = DType::kBF16;
+  cs.init = InitState::kNone;
+  Problem p(cs);
+  DeviceInputs d(p);
+  const int chunks = int(cs.T) / kChunk;
+  fastkda_gpu_test::DeviceBuf img(size_t(cs.H) * chunks * kImgBytes);
+  fastkda_gpu_test::DeviceBuf uimg(size_t(cs.H) * chunks * 2 * kUBytes);
+  fastkda_gpu_test::DeviceBuf out(p.out_elems() * 2), state(size_t(cs.H) * 2 * 128 * 64 * 4);
+  launch_producer(problem_args(p, d, img.get(), uimg.get()));
+  using L = Layout<1>;
+  auto consumer = wy64_consumer_kernel<1, true, false, true>;
+  cudaFuncSetAttribute(consumer, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmem);
+  consumer<<<2 * cs.H, 256, L::kSmem>>>(chunks, static_cast<const unsigned char*>(img.get()),
+                                        static_cast<const unsigned char*>(uimg.get()),
+                                        static_cast<uint16_t*>(out.get()),
+                                        static_cast<float*>(state.get()), 1);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  HostBuf got(DType::kBF16, p.out_elems());
+  cudaMemcpy(got.data(), out.get(), got.bytes(), cudaMemcpyDeviceToHost);
+  const Result ref = run_oracle(p);
+  const Err e = compare(got, ref.out);
+  std::printf("producer -> consumer vs oracle (T %d, H %d): out %s\n", int(cs.T), cs.H,
+              ::testing::PrintToString(e.rms_rel).c_str());
+  EXPECT_EQ(e.nonfinite, 0u) << p.describe();
+  EXPECT_LT(e.rms_rel, 2.0e-3) << e << " " << p.describe();
+}
+
+float half_to_float(uint16_t hb) {
+  const uint32_t sign = uint32_t(hb >> 15) << 31, e = (hb >> 10) & 31, m = hb & 1023;
+  float f;
+  if (e == 0)
+    f = std::ldexp(float(m), -24);
+  else if (e == 31)
+    f = m ? NAN : INFINITY;
+  else
+    f = std::ldexp(float(m | 1024), int(e) - 25);
+  return sign ? -f : f;
+}
+
+// Each field of the producer's image against a host fp64 evaluation of the same formulas.
+TEST(Wy64Bench, DISABLED_ProducerFields) {
+  using namespace fastkda_prefill_test;
+  FASTKDA_REQUIRE_GPU();
+  Case cs;
+  cs.T = 256, cs.H = cs.HV = 2;
+  cs.g_dtype = cs.beta_dtype = DType::kBF16;
+  cs.init = InitState::kNone;
+  Problem p(cs);
+  DeviceInputs d(p);
+  const int chunks = int(cs.T) / kChunk, H = cs.H;
+  fastkda_gpu_test::DeviceBuf img(size_t(H) * chunks * kImgBytes);
+  fastkda_gpu_test::DeviceBuf uimg(size_t(H) * chunks * 2 * kUBytes);
+  launch_producer(problem_args(p, d, img.get(), uimg.get()));
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<unsigned char> im(size_t(H) * chunks * kImgBytes),
+      um(size_t(H) * chunks * 2 * kUBytes);
+  cudaMemcpy(im.data(), img.get(), im.size(), cudaMemcpyDeviceToHost);
+  cudaMemcpy(um.data(), uimg.get(), um.size(), cudaMemcpyDeviceToHost);
+  const double scale = 1.0 / std::sqrt(128.0), l2e = 1.4426950408889634;
+  for (int h = 0; h < H; ++h)
+    for (int c = 0; c < chunks; ++c) {
+      const unsigned char* ib = im.data() + (size_t(h) * chunks + c) * kImgBytes;
+      const float* ub =
+          reinterpret_cast<const float*>(um.data() + (size_t(h) * chunks + c) * 2 * kUBytes);
+      auto at = [&](const HostBuf& x, int64_t stride, int r, int col) {
+        return double(x.get(size_t((int64_t(c) * 64 + r) * stride + h * 128 + col)));
+      };
+      std::vector<double> qn(64 * 128), kn(64 * 128), vv(64 * 128), G(64 * 128), beta(64);
+      for (int r = 0; r < 64; ++r) {
+        double sq = 0, sk = 0;
+        for (int j = 0; j < 128; ++j) {
+          sq += at(p.q, p.q_stride, r, j) * at(p.q, p.q_stride, r, j);
+          sk += at(p.k, p.k_stride, r, j) * at(p.k, p.k_stride, r, j);
+        }
+        for (int j = 0; j < 128; ++j) {
+          qn[r * 128 + j] = at(p.q, p.q_stride, r, j) / std::sqrt(sq + 1e-6);
+          kn[r * 128 + j] = at(p.k, p.k_stride, r, j) / std::sqrt(sk + 1e-6);
+          vv[r * 128 + j] = at(p.v, p.v_stride, r, j);
+          const double A = std::exp(double(p.A_log[size_t(h)]));
+          const double x = at(p.g, p.g_stride, r, j) + p.dt_bias[size_t(h * 128 + j)];
+          const double a2 = cs.lower_bound * l2e / (1 + std::exp(-A * x));
+          G[r * 128 + j] = (r ? G[(r - 1) * 128 + j] : 0.0) + a2;
+        }
+        beta[r] =
+            1 /
+            (1 + std::exp(-double(p.beta.get(size_t((int64_t(c) * 64 + r) * p.beta_stride + h)))));
+      }
+      std::vector<double> N(64 * 64, 0), Aqk(64 * 64, 0);
+      for (int r = 0; r < 64; ++r)
+        for (int s2 = 0; s2 <= r; ++s2) {
+          double ap = 0, aq = 0;
+          for (int j = 0; j < 128; ++j) {
+            const double f = std::exp2(G[r * 128 + j] - G[s2 * 128 + j]);
+            ap += kn[r * 128 + j] * kn[s2 * 128 + j] * f;
+            aq += qn[r * 128 + j] * kn[s2 * 128 + j] * f;
+          }
+          if (s2 < r) N[r * 64 + s2] = beta[r] * ap;
+          Aqk[r * 64 + s2] = scale * aq;
+        }
+      std::vector<double> X(64 * 64, 0);  // (I + N)^-1, column by column
+      for (int j = 0; j < 64; ++j)
+        for (int i = 0; i < 64; ++i) {
+          double acc = i == j;
+          for (int s2 = 0; s2 < i; ++s2) acc -= N[i * 64 + s2] * X[s2 * 64 + j];
+          X[i * 64 + j] = acc;
+        }
+      double ew = 0, nw = 0, eu = 0, nu = 0, eq = 0, nq = 0, ek = 0, nk = 0, ea = 0, na = 0, ed = 0,
+             nd = 0;
+      for (int r = 0; r < 64; ++r)
+        for (int j = 0; j < 128; ++j) {
+          double w = 0, u = 0;
+          for (int s2 = 0; s2 <= r; ++s2) {
+            const double tb = X[r * 64 + s2] * beta[s2];
+            w += tb * kn[s2 * 128 + j] * std::exp2(G[s2 * 128 + j]);
+            u += tb * vv[s2 * 128 + j];
+          }
+          const double gw =
+              half_to_float(*reinterpret_cast<const uint16_t*>(ib + prod::w_offset(r, j)));
+          const double gq =
+              half_to_float(*reinterpret_cast<const uint16_t*>(ib + prod::w_offset(64 + r, j)));
+          const double gu = ub[(j / 64) * (kUBytes / 4) + prod::u_index(r, j % 64)];
+          const size_t ko = kKeOff + (r / 16) * 8192 + ((r % 16) / 8) * 2048 + (j / 8) * 128 +
+                            (j % 8) * 16 + (r % 8) * 2;
+          const double gk =
+              fastkda::bf16_to_float(*reinterpret_cast<const uint16_t*>(ib + ko)) +
+              fastkda::bf16_to_float(*reinterpret_cast<const uint16_t*>(ib + ko + 4096));
+          const double qs = scale * qn[r * 128 + j] * std::exp2(G[r * 128 + j]);
+          const double ke = kn[r * 128 + j] * std::exp2(G[63 * 128 + j] - G[r * 128 + j]);
+          ew += (gw - w) * (gw - w), nw += w * w;
+          eu += (gu - u) * (gu - u), nu += u * u;
+          eq += (gq - qs) * (gq - qs), nq += qs * qs;
+          ek += (gk - ke) * (gk - ke), nk += ke * ke;
+        }
+      for (int t2 = 0; t2 < 64; ++t2)
+        for (int s2 = 0; s2 < 64; ++s2) {
+          const size_t ao = kAqOff + (s2 / 16) * 2048 + ((s2 % 16) / 8) * 1024 + (t2 / 8) * 128 +
+                            (t2 % 8) * 16 + (s2 % 8) * 2;
+          const double ga = half_to_float(*reinterpret_cast<const uint16_t*>(ib + ao));
+          ea += (ga - Aqk[t2 * 64 + s2]) * (ga - Aqk[t2 * 64 + s2]),
+              na += Aqk[t2 * 64 + s2] * Aqk[t2 * 64 + s2];
+        }
+      for (int j = 0; j < 128; ++j) {
+        const double dd = std::exp2(G[63 * 128 + j]);
+        const double gd = reinterpret_cast<const float*>(ib + kDecayOff)[j];
+        ed += (gd - dd) * (gd - dd), nd += dd * dd;
+      }
+      auto rel = [](double e, double n) { return std::sqrt(e / std::max(n, 1e-300)); };
+      std::printf("h %d chunk %d: W %.2e U %.2e qs %.2e ke %.2e A_qk %.2e decay %.2e\n", h, c,
+                  rel(ew, nw), rel(eu, nu), rel(eq, nq), rel(ek, nk), rel(ea, na), rel(ed, nd));
+      EXPECT_LT(rel(eu, nu), 1e-4);
+      EXPECT_LT(rel(ew, nw), 2e-3);
+      EXPECT_LT(rel(eq, nq), 2e-3);
+      EXPECT_LT(rel(ek, nk), 1e-4);
+      EXPECT_LT(rel(ea, na), 2e-3);
+    }
+}
+
+// The producer alone: ms and SM-us per chunk of 64 tokens and head (grid of chunks x H CTAs, two
+// per SM), then producer and consumer one after the other (not overlapped: no ready counters).
+TEST(Wy64Bench, DISABLED_Producer) {
+  if (!fastkda_gpu_test::have_gpu()) GTEST_SKIP() << "no GPU";
+  int sms = 0;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  std::printf("%-16s %9s %14s %12s %12s\n", "shape", "prod ms", "SM-us/chunk", "cons ms", "sum ms");
+  const int shapes[][2] = {{32, 4096}, {32, 16384}, {32, 65536}, {8, 65536}, {96, 8192}};
+  for (const auto& sh : shapes) {
+    const int H = sh[0], T = sh[1], chunks = T / kChunk;
+    const size_t n = size_t(T) * H * 128;
+    fastkda_gpu_test::DeviceBuf q(n * 2), k(n * 2), v(n * 2), g(n * 2), beta(size_t(T) * H * 2);
+    std::vector<float> A_log(size_t(H), 1.0f), dt_bias(size_t(H) * 128, -4.0f);
+    fastkda_gpu_test::DeviceBuf dA(A_log.data(), A_log.size() * 4),
+        ddt(dt_bias.data(), dt_bias.size() * 4);
+    fill_bf16<<<1024, 256>>>(static_cast<uint16_t*>(q.get()), n, 1u, 1.7f);
+    fill_bf16<<<1024, 256>>>(static_cast<uint16_t*>(k.get()), n, 2u, 1.7f);
+    fill_bf16<<<1024, 256>>>(static_cast<uint16_t*>(v.get()), n, 3u, 1.7f);
+    fill_bf16<<<1024, 256>>>(static_cast<uint16_t*>(g.get()), n, 4u, 2.0f);
+    fill_bf16<<<1024, 256>>>(static_cast<uint16_t*>(beta.get()), size_t(T) * H, 5u, 2.0f);
+    fastkda_gpu_test::DeviceBuf img(size_t(H) * chunks * kImgBytes);
+    fastkda_gpu_test::DeviceBuf uimg(size_t(H) * chunks * 2 * kUBytes);
+    fastkda_gpu_test::DeviceBuf out(n * 2), state(size_t(H) * 2 * 128 * 64 * 4);
+    const prod::Args a = producer_args(
+        q.get(), k.get(), v.get(), g.get(), beta.get(), static_cast<const float*>(dA.get()),
+        static_cast<const float*>(ddt.get()), -5.0f, H, T, img.get(), uimg.get());
+    launch_producer(a);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const float pms = fastkda_gpu_test::median_event_ms([&] { launch_producer(a); }, 9);
+    using L = Layout<1>;
+    auto consumer = wy64_consumer_kernel<1, true, false, true>;
+    cudaFuncSetAttribute(consumer, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmem);
+    auto run_consumer = [&] {
+      consumer<<<2 * H, 256, L::kSmem>>>(chunks, static_cast<const unsigned char*>(img.get()),
+                                         static_cast<const unsigned char*>(uimg.get()),
+                                         static_cast<uint16_t*>(out.get()),
+                                         static_cast<float*>(state.get()), 1);
+    };
+    const float cms = fastkda_gpu_test::median_event_ms(run_consumer, 9);
+    const float both = fastkda_gpu_test::median_event_ms(
+        [&] {
+          launch_producer(a);
+          run_consumer();
+        },
+        9);
+    ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+    char name[32];
+    std::snprintf(name, sizeof name, "H%d T%d", H, T);
+    std::printf("%-16s %9.4f %14.3f %12.4f %12.4f\n", name, pms,
+                pms * 1000.0 * sms / (double(chunks) * H), cms, both);
     std::fflush(stdout);
   }
 }
