@@ -290,7 +290,7 @@ struct Smem {
   float kh[kR * kCols];  // k^ H: A' / A_qk columns, ke / 2^(G_63 - Gend); then the solve's Y
   float nb[10][16][16];  // N by 16 x 16 blocks (I, J <= I) at I (I + 1) / 2 + J; then X
   float gend[4][kCols];  // Gend_I
-  float pe[8][kCols];    // 2^Ga_I (I = 0..3), 2^(G_63 - Gend_I) (4 + I)
+  float pe[4][kCols];    // 2^Ga_I; first the row norms' partial sums (8 warps x 32)
   float rq[kR], rk[kR], beta[kR];
 };
 static_assert(sizeof(Smem) <= 115712, "two CTAs per SM");
@@ -303,16 +303,27 @@ struct Args {
   float lower_bound_log2, scale;
   int H, chunks;
   unsigned char *img, *uimg;
+  long long* probe;  // optional: clock64 per CTA at each step's end (8 per CTA)
 };
 
 __device__ __forceinline__ float bf(uint16_t h) { return __uint_as_float(uint32_t(h) << 16); }
 __device__ __forceinline__ int nb_index(int I, int J) { return I * (I + 1) / 2 + J; }
-// Step 3's jobs per warp: (row block I, column block J, n8 tile), I < 0: none.
-__constant__ int8_t kJobs[8][3][3] = {
-    {{3, 0, 0}, {3, 0, 1}, {-1, 0, 0}}, {{3, 1, 0}, {3, 1, 1}, {-1, 0, 0}},
-    {{3, 2, 0}, {3, 2, 1}, {-1, 0, 0}}, {{3, 3, 0}, {3, 3, 1}, {-1, 0, 0}},
-    {{2, 0, 0}, {2, 0, 1}, {0, 0, 0}},  {{2, 1, 0}, {2, 1, 1}, {0, 0, 1}},
-    {{2, 2, 0}, {2, 2, 1}, {1, 0, 0}},  {{1, 0, 1}, {1, 1, 0}, {1, 1, 1}}};
+// One step of a butterfly reduce-scatter of 32 values over a warp: lanes with bit kOff keep the
+// upper kOff of the first 2 kOff values, the others the lower, each adding its partner's copy.
+template <int kOff>
+__device__ __forceinline__ void reduce_scatter_step(float (&v)[32], int lane) {
+  const bool upper = lane & kOff;
+#pragma unroll
+  for (int j = 0; j < kOff; ++j) {
+    const float send = upper ? v[j] : v[j + kOff];
+    const float keep = upper ? v[j + kOff] : v[j];
+    v[j] = keep + __shfl_xor_sync(0xffffffffu, send, kOff);
+  }
+}
+// Step 3's (row block, column block) pairs per warp, I < 0: none.
+__constant__ int8_t kPairs[8][2][2] = {{{3, 0}, {-1, 0}}, {{3, 1}, {-1, 0}}, {{3, 2}, {-1, 0}},
+                                       {{3, 3}, {-1, 0}}, {{2, 0}, {-1, 0}}, {{2, 1}, {-1, 0}},
+                                       {{2, 2}, {0, 0}},  {{1, 0}, {1, 1}}};
 __constant__ int8_t kUpper[6][2] = {{0, 1}, {0, 2}, {0, 3}, {1, 2}, {1, 3}, {2, 3}};
 
 // W (f16) at token r, keys key, key + 1 of the image; U^T's element (token, value) of the value
@@ -338,110 +349,175 @@ __global__ void __launch_bounds__(kThreads, 2) producer_kernel(const __grid_cons
   unsigned char* img = a.img + (size_t(h) * a.chunks + c) * kImgBytes;
   float* uimg = reinterpret_cast<float*>(a.uimg + (size_t(h) * a.chunks + c) * 2 * kUBytes);
 
-  // 1. Row norms (a warp per row of q or k) and beta.
-  for (int row = warp; row < 2 * kR; row += 8) {
-    const uint2 x = *reinterpret_cast<const uint2*>(
-        (row < kR ? row_ptr(a.q, a.q_stride, row) : row_ptr(a.k, a.k_stride, row - kR)) + 4 * lane);
-    const float x0 = bf(x.x & 0xffff), x1 = bf(x.x >> 16), x2 = bf(x.y & 0xffff),
-                x3 = bf(x.y >> 16);
-    float ss = x0 * x0 + x1 * x1 + x2 * x2 + x3 * x3;
+  if (a.probe && tid == 0) a.probe[blockIdx.x * 8] = clock64();
+  // 1. Thread (column pair cp, row block qb) loads its 16 rows of q, k, g (columns 2 cp,
+  // 2 cp + 1): every global load of the step at once.
+  const int cp = tid % 64, qb = tid / 64;
+  uint32_t k2s[16], q2s[16], g2s[16];
 #pragma unroll
-    for (int o = 16; o > 0; o /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    if (lane == 0) (row < kR ? sm.rq : sm.rk)[row % kR] = rsqrt_approx(ss + 1e-6f);
+  for (int i = 0; i < 16; ++i) {
+    k2s[i] = *reinterpret_cast<const uint32_t*>(row_ptr(a.k, a.k_stride, 16 * qb + i) + 2 * cp);
+    q2s[i] = *reinterpret_cast<const uint32_t*>(row_ptr(a.q, a.q_stride, 16 * qb + i) + 2 * cp);
+    g2s[i] = *reinterpret_cast<const uint32_t*>(a.g + (tok0 + 16 * qb + i) * a.g_stride +
+                                                h * kCols + 2 * cp);
   }
   if (tid < kR) {
     const float b = bf(a.beta[(tok0 + tid) * a.beta_stride + h]);
     sm.beta[tid] = rcp_approx(1.0f + ex2_approx(-b * 1.4426950408889634f));
   }
-  // 2. The gate's cumulative sum G (log2) down each key column: thread (col, half) sums rows
-  // 32 half .. 32 half + 31 from 0, half 1 then adds G_31.
-  const int col = tid % kCols, half = tid / kCols;
-  float G[32];
+  // Row norms: the warp's sums of squares over its 64 columns for its 16 q and 16 k rows, by a
+  // butterfly reduce-scatter (lane l ends with value l: q rows 0-15, k rows 0-15 of the block),
+  // the two warps of a block added through pe's space.
+  {
+    float v[32];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      const float q0 = bf(q2s[i] & 0xffff), q1 = bf(q2s[i] >> 16);
+      const float k0 = bf(k2s[i] & 0xffff), k1 = bf(k2s[i] >> 16);
+      v[i] = q0 * q0 + q1 * q1;
+      v[16 + i] = k0 * k0 + k1 * k1;
+    }
+    reduce_scatter_step<16>(v, lane);
+    reduce_scatter_step<8>(v, lane);
+    reduce_scatter_step<4>(v, lane);
+    reduce_scatter_step<2>(v, lane);
+    reduce_scatter_step<1>(v, lane);
+    (&sm.pe[0][0])[warp * 32 + lane] = v[0];
+  }
+  // 2. The gate's cumulative sum G (log2) down each key column: thread (cp, qb) sums the 16 rows
+  // of block qb from 0; the blocks' totals then give each block its start Ga.
+  float G[16][2];
   {
     const float A = ex2_approx(a.A_log[h] * 1.4426950408889634f);
-    const float cc = -A * 1.4426950408889634f, bc = a.dt_bias[h * kCols + col] * cc;
-    float run = 0.0f;
+    const float cc = -A * 1.4426950408889634f;
+    const float2 dtb = *reinterpret_cast<const float2*>(&a.dt_bias[h * kCols + 2 * cp]);
+    const float bc0 = dtb.x * cc, bc1 = dtb.y * cc;
+    float run0 = 0.0f, run1 = 0.0f;
 #pragma unroll
-    for (int i = 0; i < 32; ++i) {
-      const float x = bf(a.g[(tok0 + 32 * half + i) * a.g_stride + h * kCols + col]);
-      const float sig = rcp_approx(1.0f + ex2_approx(fmaf(x, cc, bc)));
-      run = fmaf(sig, a.lower_bound_log2, run);
-      G[i] = run;
+    for (int i = 0; i < 16; ++i) {
+      run0 = fmaf(rcp_approx(1.0f + ex2_approx(fmaf(bf(g2s[i] & 0xffff), cc, bc0))),
+                  a.lower_bound_log2, run0);
+      run1 = fmaf(rcp_approx(1.0f + ex2_approx(fmaf(bf(g2s[i] >> 16), cc, bc1))),
+                  a.lower_bound_log2, run1);
+      G[i][0] = run0, G[i][1] = run1;
     }
-  }
-  if (half == 0) {
-    sm.gend[0][col] = G[15];
-    sm.gend[1][col] = G[31];
+    *reinterpret_cast<float2*>(&sm.gend[qb][2 * cp]) = make_float2(run0, run1);  // block totals
   }
   __syncthreads();
-  if (half == 1) {
-    const float off = sm.gend[1][col];
-#pragma unroll
-    for (int i = 0; i < 32; ++i) G[i] += off;
-    sm.gend[2][col] = G[15];
-    sm.gend[3][col] = G[31];
+  if (tid < 2 * kR) {  // row tid % 64 of q (tid < 64) or k: its block's two warp partials
+    const int r = tid % kR, idx = r % 16 + (tid < kR ? 0 : 16), w0 = 2 * (r / 16);
+    const float ss = (&sm.pe[0][0])[w0 * 32 + idx] + (&sm.pe[0][0])[(w0 + 1) * 32 + idx];
+    (tid < kR ? sm.rq : sm.rk)[r] = rsqrt_approx(ss + 1e-6f);
   }
+  float ga0 = 0.0f, ga1 = 0.0f, gl0 = 0.0f, gl1 = 0.0f;  // Ga of this block; G_63
+#pragma unroll
+  for (int I = 0; I < 4; ++I) {
+    const float2 tot = *reinterpret_cast<const float2*>(&sm.gend[I][2 * cp]);
+    if (I < qb) ga0 += tot.x, ga1 += tot.y;
+    gl0 += tot.x, gl1 += tot.y;
+  }
+  __syncthreads();
+  if (a.probe && tid == 0) a.probe[blockIdx.x * 8 + 1] = clock64();
   {
-    // F, H and the row / column operands of this thread's 32 rows (blocks 2 half, 2 half + 1).
-    const float ga0 = half == 0 ? 0.0f : sm.gend[1][col];  // the row before block 2 half
+    // The operands of A' / A_qk / W in shared memory, and straight to the image: qs (f16 pairs of
+    // keys 2 cp, 2 cp + 1) = scale q^ F 2^Ga, ke (bf16 hi / lo, 8 tokens of a key per 16 bytes)
+    // = k^ H 2^(G_63 - Gend).
+    const float ge0 = G[15][0], ge1 = G[15][1];  // Gend - Ga
+    const float p0 = a.scale * ex2_approx(ga0), p1 = a.scale * ex2_approx(ga1);
+    const float e0 = ex2_approx(gl0 - ga0 - ge0), e1 = ex2_approx(gl1 - ga1 - ge1);
+    uint32_t kh0[4], kl0[4], kh1[4], kl1[4];  // ke of 8 tokens, keys 2 cp / 2 cp + 1
+    float kp0 = 0.0f, kp1 = 0.0f;             // ke of the previous (even) row
 #pragma unroll
-    for (int i = 0; i < 32; ++i) {
-      const int r = 32 * half + i;
-      const float ga = i < 16 ? ga0 : G[15], gend = i < 16 ? G[15] : G[31];
-      const float F = ex2_approx(G[i] - ga), H = ex2_approx(gend - G[i]);
-      const float kn = bf(row_ptr(a.k, a.k_stride, r)[col]) * sm.rk[r];
-      const float qn = bf(row_ptr(a.q, a.q_stride, r)[col]) * sm.rq[r];
-      sm.kf[sw(r, col)] = kn * F;
-      sm.qf[sw(r, col)] = qn * F;
-      sm.kh[sw(r, col)] = kn * H;
+    for (int i = 0; i < 16; ++i) {
+      const int r = 16 * qb + i;
+      const float F0 = ex2_approx(G[i][0]), F1 = ex2_approx(G[i][1]);
+      const float H0 = ex2_approx(ge0 - G[i][0]), H1 = ex2_approx(ge1 - G[i][1]);
+      const uint32_t k2 = k2s[i], q2 = q2s[i];
+      const float rk = sm.rk[r], rq = sm.rq[r];
+      const float k0 = bf(k2 & 0xffff) * rk, k1 = bf(k2 >> 16) * rk;
+      const float q0 = bf(q2 & 0xffff) * rq * F0, q1 = bf(q2 >> 16) * rq * F1;
+      const float kh0v = k0 * H0, kh1v = k1 * H1;
+      const int o = sw(r, 2 * cp);
+      *reinterpret_cast<float2*>(&sm.kf[o]) = make_float2(k0 * F0, k1 * F1);
+      *reinterpret_cast<float2*>(&sm.qf[o]) = make_float2(q0, q1);
+      *reinterpret_cast<float2*>(&sm.kh[o]) = make_float2(kh0v, kh1v);
+      *reinterpret_cast<uint32_t*>(img + w_offset(64 + r, 2 * cp)) = pack_f16x2(q0 * p0, q1 * p1);
+      if (i % 2 == 0) {
+        kp0 = kh0v * e0, kp1 = kh1v * e1;
+      } else {
+        const int j = (i % 8) / 2;
+        split_bf16x2(kp0, kh0v * e0, kh0[j], kl0[j]);
+        split_bf16x2(kp1, kh1v * e1, kh1[j], kl1[j]);
+        if (i % 8 == 7) {  // tokens 16 qb + i - 7 .. 16 qb + i of keys 2 cp, 2 cp + 1
+          const uint32_t off = kKeOff + qb * 8192 + (i / 8) * 2048 + (cp / 4) * 128 + (cp % 4) * 32;
+          *reinterpret_cast<uint4*>(img + off) = make_uint4(kh0[0], kh0[1], kh0[2], kh0[3]);
+          *reinterpret_cast<uint4*>(img + off + 4096) = make_uint4(kl0[0], kl0[1], kl0[2], kl0[3]);
+          *reinterpret_cast<uint4*>(img + off + 16) = make_uint4(kh1[0], kh1[1], kh1[2], kh1[3]);
+          *reinterpret_cast<uint4*>(img + off + 4096 + 16) =
+              make_uint4(kl1[0], kl1[1], kl1[2], kl1[3]);
+        }
+      }
     }
   }
+  __syncthreads();  // every block's total read: gend becomes G at each block's last row
+  *reinterpret_cast<float2*>(&sm.gend[qb][2 * cp]) = make_float2(ga0 + G[15][0], ga1 + G[15][1]);
   __syncthreads();
-  if (tid < kCols) {  // per-column factors of qs / kw and ke
+  if (a.probe && tid == 0) a.probe[blockIdx.x * 8 + 2] = clock64();
+  if (tid < kCols) {  // per-column factors 2^Ga of kw; the decays
 #pragma unroll
     for (int I = 0; I < 4; ++I) {
       sm.pe[I][tid] = I == 0 ? 1.0f : ex2_approx(sm.gend[I - 1][tid]);
-      sm.pe[4 + I][tid] = ex2_approx(sm.gend[3][tid] - sm.gend[I][tid]);
     }
     reinterpret_cast<float*>(img + kDecayOff)[tid] = ex2_approx(sm.gend[3][tid]);
   }
-  // 3. A' and A_qk by (row block I, column block J <= I, n8 tile) jobs, 2-3 per warp.
+  // 3. A' and A_qk by (row block I, column block J <= I) pairs, both n8 tiles at once (one A
+  // fragment for both); operands as raw f32 bits (tf32 truncation), the column operand scaled by
+  // (1 + 2 kTruncBias) for both truncations.
   {
+    constexpr float kComp = 1.0f + 2.0f * 3.5223e-4f;
 #pragma unroll 1
-    for (int jb = 0; jb < 3; ++jb) {
-      const int I = kJobs[warp][jb][0], J = kJobs[warp][jb][1], n = kJobs[warp][jb][2];
+    for (int jb = 0; jb < 2; ++jb) {
+      const int I = kPairs[warp][jb][0], J = kPairs[warp][jb][1];
       if (I < 0) break;
-      float ap[4] = {0, 0, 0, 0}, aq[4] = {0, 0, 0, 0};
-      const int ra = 16 * I + g, rb = ra + 8, s = 16 * J + 8 * n + g;
+      float ap[2][4] = {}, aq[2][4] = {};
+      const int ra = 16 * I + g, rb = ra + 8, s0 = 16 * J + g, s1 = s0 + 8;
+      const float* gai = I == 0 ? nullptr : sm.gend[I - 1];
 #pragma unroll 4
       for (int kk = 0; kk < 16; ++kk) {
         const int k0 = 8 * kk + t, k1 = k0 + 4;
-        const float ga0 = I == 0 ? 0.0f : sm.gend[I - 1][k0];
-        const float ga1 = I == 0 ? 0.0f : sm.gend[I - 1][k1];
-        const float c0 = ex2_approx(ga0 - sm.gend[J][k0]), c1 = ex2_approx(ga1 - sm.gend[J][k1]);
-        const uint32_t ak[4] = {tf32_rn(sm.kf[sw(ra, k0)]), tf32_rn(sm.kf[sw(rb, k0)]),
-                                tf32_rn(sm.kf[sw(ra, k1)]), tf32_rn(sm.kf[sw(rb, k1)])};
-        const uint32_t aqf[4] = {tf32_rn(sm.qf[sw(ra, k0)]), tf32_rn(sm.qf[sw(rb, k0)]),
-                                 tf32_rn(sm.qf[sw(ra, k1)]), tf32_rn(sm.qf[sw(rb, k1)])};
-        const uint32_t b0 = tf32_rn(sm.kh[sw(s, k0)] * c0), b1 = tf32_rn(sm.kh[sw(s, k1)] * c1);
-        mma_m16n8k8_tf32(ap, ak, b0, b1);
-        mma_m16n8k8_tf32(aq, aqf, b0, b1);
+        const float c0 = kComp * ex2_approx((gai ? gai[k0] : 0.0f) - sm.gend[J][k0]);
+        const float c1 = kComp * ex2_approx((gai ? gai[k1] : 0.0f) - sm.gend[J][k1]);
+        const uint32_t ak[4] = {
+            __float_as_uint(sm.kf[sw(ra, k0)]), __float_as_uint(sm.kf[sw(rb, k0)]),
+            __float_as_uint(sm.kf[sw(ra, k1)]), __float_as_uint(sm.kf[sw(rb, k1)])};
+        const uint32_t aqf[4] = {
+            __float_as_uint(sm.qf[sw(ra, k0)]), __float_as_uint(sm.qf[sw(rb, k0)]),
+            __float_as_uint(sm.qf[sw(ra, k1)]), __float_as_uint(sm.qf[sw(rb, k1)])};
+#pragma unroll
+        for (int n = 0; n < 2; ++n) {
+          const int sn = n ? s1 : s0;
+          const uint32_t b0 = __float_as_uint(sm.kh[sw(sn, k0)] * c0);
+          const uint32_t b1 = __float_as_uint(sm.kh[sw(sn, k1)] * c1);
+          mma_m16n8k8_tf32(ap[n], ak, b0, b1);
+          mma_m16n8k8_tf32(aq[n], aqf, b0, b1);
+        }
       }
-      // Elements (row ra / rb, columns sc, sc + 1).
-      const int sc = 16 * J + 8 * n + 2 * t;
       float* nbl = &sm.nb[nb_index(I, J)][0][0];
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int r = e ? rb : ra;
-        float x0 = sc < r ? sm.beta[r] * ap[2 * e] : 0.0f;
-        float x1 = sc + 1 < r ? sm.beta[r] * ap[2 * e + 1] : 0.0f;
-        nbl[(r - 16 * I) * 16 + sc - 16 * J] = x0;
-        nbl[(r - 16 * I) * 16 + sc + 1 - 16 * J] = x1;
-        const float q0 = sc <= r ? a.scale * aq[2 * e] : 0.0f;
-        const float q1 = sc + 1 <= r ? a.scale * aq[2 * e + 1] : 0.0f;
-        *reinterpret_cast<uint32_t*>(img + kAqOff + (sc / 16) * 2048 + ((sc % 16) / 8) * 1024 +
-                                     (r / 8) * 128 + (r % 8) * 16 + (sc % 8) * 2) =
-            pack_f16x2(q0, q1);
+      for (int n = 0; n < 2; ++n) {
+        const int sc = 16 * J + 8 * n + 2 * t;  // elements (row ra / rb, columns sc, sc + 1)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int r = e ? rb : ra;
+          const float x0 = sc < r ? sm.beta[r] * ap[n][2 * e] : 0.0f;
+          const float x1 = sc + 1 < r ? sm.beta[r] * ap[n][2 * e + 1] : 0.0f;
+          *reinterpret_cast<float2*>(&nbl[(r - 16 * I) * 16 + sc - 16 * J]) = make_float2(x0, x1);
+          const float q0 = sc <= r ? a.scale * aq[n][2 * e] : 0.0f;
+          const float q1 = sc + 1 <= r ? a.scale * aq[n][2 * e + 1] : 0.0f;
+          *reinterpret_cast<uint32_t*>(img + kAqOff + (sc / 16) * 2048 + ((sc % 16) / 8) * 1024 +
+                                       (r / 8) * 128 + (r % 8) * 16 + (sc % 8) * 2) =
+              pack_f16x2(q0, q1);
+        }
       }
     }
   }
@@ -453,29 +529,7 @@ __global__ void __launch_bounds__(kThreads, 2) producer_kernel(const __grid_cons
                                  (r / 8) * 128 + (r % 8) * 16 + (s % 8) * 2) = 0u;
   }
   __syncthreads();
-  // 4. Elementwise: qs (f16, 8 keys of a token per item), ke hi / lo (bf16, 8 tokens of a key).
-  for (int it = tid; it < kR * 16; it += kThreads) {
-    const int r = it / 16, k0 = 8 * (it % 16), I = r / 16;
-    uint32_t pk[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-      pk[j] = pack_f16x2(a.scale * sm.qf[sw(r, k0 + 2 * j)] * sm.pe[I][k0 + 2 * j],
-                         a.scale * sm.qf[sw(r, k0 + 2 * j + 1)] * sm.pe[I][k0 + 2 * j + 1]);
-    *reinterpret_cast<uint4*>(img + w_offset(64 + r, k0)) = make_uint4(pk[0], pk[1], pk[2], pk[3]);
-  }
-  for (int it = tid; it < kCols * 8; it += kThreads) {
-    const int key = it % kCols, s0 = 8 * (it / kCols), J = s0 / 16;
-    uint32_t hi[4], lo[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-      split_bf16x2(sm.kh[sw(s0 + 2 * j, key)] * sm.pe[4 + J][key],
-                   sm.kh[sw(s0 + 2 * j + 1, key)] * sm.pe[4 + J][key], hi[j], lo[j]);
-    const uint32_t off =
-        kKeOff + (s0 / 16) * 8192 + ((s0 % 16) / 8) * 2048 + (key / 8) * 128 + (key % 8) * 16;
-    *reinterpret_cast<uint4*>(img + off) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-    *reinterpret_cast<uint4*>(img + off + 4096) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
-  }
-  __syncthreads();
+  if (a.probe && tid == 0) a.probe[blockIdx.x * 8 + 3] = clock64();
   // v (bf16 rows of 272 B) into qf's space, while the solve runs.
   uint16_t* vs = reinterpret_cast<uint16_t*>(sm.qf);
   for (int i = tid; i < kR * 16; i += kThreads)
@@ -498,82 +552,104 @@ __global__ void __launch_bounds__(kThreads, 2) producer_kernel(const __grid_cons
     for (int i = 0; i < 16; ++i) nd[i * 16 + lane] = x[i];
   }
   __syncthreads();
+  if (a.probe && tid == 0) a.probe[blockIdx.x * 8 + 4] = clock64();
   // ... then the blocks below them, row block by row block: Y_J = sum_{J <= M < I} N_IM X_MJ,
-  // X_IJ = -X_II Y_J (Y in kh's space).
+  // X_IJ = -X_II Y_J (Y in kh's space); a thread takes 4 columns of one row.
   float* ybuf = sm.kh;
   for (int I = 1; I < 4; ++I) {
-    for (int e = tid; e < I * 256; e += kThreads) {
-      const int J = e / 256, i = (e % 256) / 16, j = e % 16;
-      float acc = 0.0f;
+    if (tid < 64 * I) {
+      const int J = tid / 64, i = (tid % 64) / 4, j = 4 * (tid % 4);
+      float4 acc = make_float4(0, 0, 0, 0);
       for (int M = J; M < I; ++M) {
         const float* n_im = &sm.nb[nb_index(I, M)][i][0];
         const float* x_mj = &sm.nb[nb_index(M, J)][0][j];
 #pragma unroll
-        for (int s2 = 0; s2 < 16; ++s2) acc = fmaf(n_im[s2], x_mj[s2 * 16], acc);
+        for (int s2 = 0; s2 < 16; ++s2) {
+          const float nv = n_im[s2];
+          const float4 xv = *reinterpret_cast<const float4*>(&x_mj[s2 * 16]);
+          acc.x = fmaf(nv, xv.x, acc.x), acc.y = fmaf(nv, xv.y, acc.y);
+          acc.z = fmaf(nv, xv.z, acc.z), acc.w = fmaf(nv, xv.w, acc.w);
+        }
       }
-      ybuf[e] = acc;
+      *reinterpret_cast<float4*>(&ybuf[J * 256 + i * 16 + j]) = acc;
     }
     __syncthreads();
-    for (int e = tid; e < I * 256; e += kThreads) {
-      const int J = e / 256, i = (e % 256) / 16, j = e % 16;
+    if (tid < 64 * I) {
+      const int J = tid / 64, i = (tid % 64) / 4, j = 4 * (tid % 4);
       const float* x_ii = &sm.nb[nb_index(I, I)][i][0];
-      float acc = 0.0f;
+      float4 acc = make_float4(0, 0, 0, 0);
 #pragma unroll
-      for (int s2 = 0; s2 < 16; ++s2) acc = fmaf(x_ii[s2], ybuf[J * 256 + s2 * 16 + j], acc);
-      sm.nb[nb_index(I, J)][i][j] = -acc;
+      for (int s2 = 0; s2 < 16; ++s2) {
+        const float xv = x_ii[s2];
+        const float4 yv = *reinterpret_cast<const float4*>(&ybuf[J * 256 + s2 * 16 + j]);
+        acc.x = fmaf(xv, yv.x, acc.x), acc.y = fmaf(xv, yv.y, acc.y);
+        acc.z = fmaf(xv, yv.z, acc.z), acc.w = fmaf(xv, yv.w, acc.w);
+      }
+      *reinterpret_cast<float4*>(&sm.nb[nb_index(I, J)][i][j]) =
+          make_float4(-acc.x, -acc.y, -acc.z, -acc.w);
     }
     __syncthreads();
   }
   cp_async_wait_group<0>();
   __syncthreads();
+  if (a.probe && tid == 0) a.probe[blockIdx.x * 8 + 5] = clock64();
   // 6. W = Tb kw and U = Tb v: warp w takes keys and values 16 w .. 16 w + 15 (two n8 tiles).
-#pragma unroll 1
-  for (int I = 0; I < 4; ++I) {
-    float aw[2][4] = {}, au[2][4] = {};
-#pragma unroll 1
-    for (int J = 0; J <= I; ++J) {
-      const float* x = &sm.nb[nb_index(I, J)][0][0];
-      const float* bt = &sm.beta[16 * J];
-      uint32_t th[4], tl[4];
-      split_bf16x2(x[g * 16 + 2 * t] * bt[2 * t], x[g * 16 + 2 * t + 1] * bt[2 * t + 1], th[0],
-                   tl[0]);
-      split_bf16x2(x[(g + 8) * 16 + 2 * t] * bt[2 * t], x[(g + 8) * 16 + 2 * t + 1] * bt[2 * t + 1],
-                   th[1], tl[1]);
-      split_bf16x2(x[g * 16 + 2 * t + 8] * bt[2 * t + 8], x[g * 16 + 2 * t + 9] * bt[2 * t + 9],
-                   th[2], tl[2]);
-      split_bf16x2(x[(g + 8) * 16 + 2 * t + 8] * bt[2 * t + 8],
-                   x[(g + 8) * 16 + 2 * t + 9] * bt[2 * t + 9], th[3], tl[3]);
+  // Column block J outside, so that its kw / v fragments are formed once for the row blocks
+  // I >= J (all accumulators live: 64 registers).
+  {
+    float aw[4][2][4] = {}, au[4][2][4] = {};
+#pragma unroll
+    for (int J = 0; J < 4; ++J) {
+      uint32_t bk[2][4], bv[2][2];  // per n8 tile: kw hi (k0, k1), lo (k0, k1); v (k0, k1)
 #pragma unroll
       for (int n = 0; n < 2; ++n) {
         const int key = 16 * warp + 8 * n + g, s0 = 16 * J + 2 * t;
         const float p = sm.pe[J][key];
-        uint32_t kh0, kl0, kh1, kl1;
-        split_bf16x2(sm.kf[sw(s0, key)] * p, sm.kf[sw(s0 + 1, key)] * p, kh0, kl0);
-        split_bf16x2(sm.kf[sw(s0 + 8, key)] * p, sm.kf[sw(s0 + 9, key)] * p, kh1, kl1);
-        mma_m16n8k16_bf16(aw[n], tl, kh0, kh1);
-        mma_m16n8k16_bf16(aw[n], th, kl0, kl1);
-        mma_m16n8k16_bf16(aw[n], th, kh0, kh1);
-        const uint32_t v0 = uint32_t(vs[s0 * kLdV + key]) | uint32_t(vs[(s0 + 1) * kLdV + key])
-                                                                << 16;
-        const uint32_t v1 =
-            uint32_t(vs[(s0 + 8) * kLdV + key]) | uint32_t(vs[(s0 + 9) * kLdV + key]) << 16;
-        mma_m16n8k16_bf16(au[n], tl, v0, v1);
-        mma_m16n8k16_bf16(au[n], th, v0, v1);
+        split_bf16x2(sm.kf[sw(s0, key)] * p, sm.kf[sw(s0 + 1, key)] * p, bk[n][0], bk[n][2]);
+        split_bf16x2(sm.kf[sw(s0 + 8, key)] * p, sm.kf[sw(s0 + 9, key)] * p, bk[n][1], bk[n][3]);
+        bv[n][0] = uint32_t(vs[s0 * kLdV + key]) | uint32_t(vs[(s0 + 1) * kLdV + key]) << 16;
+        bv[n][1] = uint32_t(vs[(s0 + 8) * kLdV + key]) | uint32_t(vs[(s0 + 9) * kLdV + key]) << 16;
+      }
+      const float* bt = &sm.beta[16 * J];
+      const float b0 = bt[2 * t], b1 = bt[2 * t + 1], b8 = bt[2 * t + 8], b9 = bt[2 * t + 9];
+#pragma unroll
+      for (int I = J; I < 4; ++I) {
+        const float* x = &sm.nb[nb_index(I, J)][0][0];
+        uint32_t th[4], tl[4];  // Tb = X diag(beta), split
+        split_bf16x2(x[g * 16 + 2 * t] * b0, x[g * 16 + 2 * t + 1] * b1, th[0], tl[0]);
+        split_bf16x2(x[(g + 8) * 16 + 2 * t] * b0, x[(g + 8) * 16 + 2 * t + 1] * b1, th[1], tl[1]);
+        split_bf16x2(x[g * 16 + 2 * t + 8] * b8, x[g * 16 + 2 * t + 9] * b9, th[2], tl[2]);
+        split_bf16x2(x[(g + 8) * 16 + 2 * t + 8] * b8, x[(g + 8) * 16 + 2 * t + 9] * b9, th[3],
+                     tl[3]);
+#pragma unroll
+        for (int n = 0; n < 2; ++n) {
+          mma_m16n8k16_bf16(aw[I][n], tl, bk[n][0], bk[n][1]);
+          mma_m16n8k16_bf16(aw[I][n], th, bk[n][2], bk[n][3]);
+          mma_m16n8k16_bf16(aw[I][n], th, bk[n][0], bk[n][1]);
+          mma_m16n8k16_bf16(au[I][n], tl, bv[n][0], bv[n][1]);
+          mma_m16n8k16_bf16(au[I][n], th, bv[n][0], bv[n][1]);
+        }
       }
     }
 #pragma unroll
-    for (int n = 0; n < 2; ++n) {
-      const int key = 16 * warp + 8 * n + 2 * t;
+    for (int I = 0; I < 4; ++I)
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int r = 16 * I + g + 8 * e;
-        *reinterpret_cast<uint32_t*>(img + w_offset(r, key)) =
-            pack_f16x2(aw[n][2 * e], aw[n][2 * e + 1]);
-        float* ub = uimg + (key / 64) * (kUBytes / 4);
-        ub[u_index(r, key % 64)] = au[n][2 * e];
-        ub[u_index(r, key % 64 + 1)] = au[n][2 * e + 1];
+      for (int n = 0; n < 2; ++n) {
+        const int key = 16 * warp + 8 * n + 2 * t;
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int r = 16 * I + g + 8 * e;
+          *reinterpret_cast<uint32_t*>(img + w_offset(r, key)) =
+              pack_f16x2(aw[I][n][2 * e], aw[I][n][2 * e + 1]);
+          float* ub = uimg + (key / 64) * (kUBytes / 4);
+          ub[u_index(r, key % 64)] = au[I][n][2 * e];
+          ub[u_index(r, key % 64 + 1)] = au[I][n][2 * e + 1];
+        }
       }
-    }
+  }
+  if (a.probe) {
+    __syncthreads();
+    if (tid == 0) a.probe[blockIdx.x * 8 + 6] = clock64();
   }
 }
 
@@ -907,6 +983,22 @@ TEST(Wy64Bench, DISABLED_Producer) {
         },
         9);
     ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+    if (H == 32 && T == 16384) {  // mean cycles per step over the CTAs
+      fastkda_gpu_test::DeviceBuf pr(size_t(chunks) * H * 8 * 8);
+      prod::Args ap = a;
+      ap.probe = static_cast<long long*>(pr.get());
+      launch_producer(ap);
+      std::vector<long long> c(size_t(chunks) * H * 8);
+      cudaMemcpy(c.data(), pr.get(), c.size() * 8, cudaMemcpyDeviceToHost);
+      double sum[8] = {};
+      for (size_t b = 0; b < c.size() / 8; ++b)
+        for (int i = 1; i < 7; ++i) sum[i] += double(c[b * 8 + i] - c[b * 8 + i - 1]);
+      std::printf(
+          "cycles per CTA: loads, norms, gate %.0f, F/H, qs, ke %.0f, A'/A_qk %.0f, diag inv %.0f, "
+          "solve + v %.0f, W/U %.0f\n",
+          sum[1] / (c.size() / 8), sum[2] / (c.size() / 8), sum[3] / (c.size() / 8),
+          sum[4] / (c.size() / 8), sum[5] / (c.size() / 8), sum[6] / (c.size() / 8));
+    }
     char name[32];
     std::snprintf(name, sizeof name, "H%d T%d", H, T);
     std::printf("%-16s %9.4f %14.3f %12.4f %12.4f\n", name, pms,
