@@ -308,6 +308,14 @@ struct Args {
 
 __device__ __forceinline__ float bf(uint16_t h) { return __uint_as_float(uint32_t(h) << 16); }
 __device__ __forceinline__ int nb_index(int I, int J) { return I * (I + 1) / 2 + J; }
+// Four 8 x 8 b16 matrices (here: 8 rows x 4 f32) from shared memory: lane l gives row l % 8 of
+// matrix l / 8 (16 bytes) and receives word l % 4 of row l / 4 of matrix i in r[i].
+__device__ __forceinline__ void ldmatrix_x4(const void* row, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(row)))
+               : "memory");
+}
 // One step of a butterfly reduce-scatter of 32 values over a warp: lanes with bit kOff keep the
 // upper kOff of the first 2 kOff values, the others the lower, each adding its partner's copy.
 template <int kOff>
@@ -482,22 +490,23 @@ __global__ void __launch_bounds__(kThreads, 2) producer_kernel(const __grid_cons
       float ap[2][4] = {}, aq[2][4] = {};
       const int ra = 16 * I + g, rb = ra + 8, s0 = 16 * J + g, s1 = s0 + 8;
       const float* gai = I == 0 ? nullptr : sm.gend[I - 1];
+      // ldmatrix rows: lane l addresses row l % 8 of matrix l / 8. A (kf, qf): matrices (rows
+      // 0-7 | 8-15) x (keys 0-3 | 4-7) give a0..a3; B (kh): (n8 tile 0 | 1) x (keys 0-3 | 4-7).
+      const int mi = lane / 8, arow = 16 * I + 8 * (mi % 2) + lane % 8;
+      const int brow = 16 * J + 8 * (mi / 2) + lane % 8;
 #pragma unroll 4
       for (int kk = 0; kk < 16; ++kk) {
         const int k0 = 8 * kk + t, k1 = k0 + 4;
         const float c0 = kComp * ex2_approx((gai ? gai[k0] : 0.0f) - sm.gend[J][k0]);
         const float c1 = kComp * ex2_approx((gai ? gai[k1] : 0.0f) - sm.gend[J][k1]);
-        const uint32_t ak[4] = {
-            __float_as_uint(sm.kf[sw(ra, k0)]), __float_as_uint(sm.kf[sw(rb, k0)]),
-            __float_as_uint(sm.kf[sw(ra, k1)]), __float_as_uint(sm.kf[sw(rb, k1)])};
-        const uint32_t aqf[4] = {
-            __float_as_uint(sm.qf[sw(ra, k0)]), __float_as_uint(sm.qf[sw(rb, k0)]),
-            __float_as_uint(sm.qf[sw(ra, k1)]), __float_as_uint(sm.qf[sw(rb, k1)])};
+        uint32_t ak[4], aqf[4], b[4];
+        ldmatrix_x4(&sm.kf[sw(arow, 8 * kk + 4 * (mi / 2))], ak);
+        ldmatrix_x4(&sm.qf[sw(arow, 8 * kk + 4 * (mi / 2))], aqf);
+        ldmatrix_x4(&sm.kh[sw(brow, 8 * kk + 4 * (mi % 2))], b);
 #pragma unroll
         for (int n = 0; n < 2; ++n) {
-          const int sn = n ? s1 : s0;
-          const uint32_t b0 = __float_as_uint(sm.kh[sw(sn, k0)] * c0);
-          const uint32_t b1 = __float_as_uint(sm.kh[sw(sn, k1)] * c1);
+          const uint32_t b0 = __float_as_uint(__uint_as_float(b[2 * n]) * c0);
+          const uint32_t b1 = __float_as_uint(__uint_as_float(b[2 * n + 1]) * c1);
           mma_m16n8k8_tf32(ap[n], ak, b0, b1);
           mma_m16n8k8_tf32(aq[n], aqf, b0, b1);
         }
