@@ -308,6 +308,8 @@ struct Args {
 
 __device__ __forceinline__ float bf(uint16_t h) { return __uint_as_float(uint32_t(h) << 16); }
 __device__ __forceinline__ int nb_index(int I, int J) { return I * (I + 1) / 2 + J; }
+// Off-diagonal blocks (I > J) of X: (1,0) (2,0) (2,1) (3,0) (3,1) (3,2).
+__host__ __device__ __forceinline__ int off_index(int I, int J) { return (I - 1) * I / 2 + J; }
 // Four 8 x 8 b16 matrices (here: 8 rows x 4 f32) from shared memory: lane l gives row l % 8 of
 // matrix l / 8 (16 bytes) and receives word l % 4 of row l / 4 of matrix i in r[i].
 __device__ __forceinline__ void ldmatrix_x4(const void* row, uint32_t (&r)[4]) {
@@ -330,8 +332,8 @@ __device__ __forceinline__ void reduce_scatter_step(float (&v)[32], int lane) {
 }
 // Step 3's (row block, column block) pairs per warp, I < 0: none.
 __constant__ int8_t kPairs[8][2][2] = {{{3, 0}, {-1, 0}}, {{3, 1}, {-1, 0}}, {{3, 2}, {-1, 0}},
-                                       {{3, 3}, {-1, 0}}, {{2, 0}, {-1, 0}}, {{2, 1}, {-1, 0}},
-                                       {{2, 2}, {0, 0}},  {{1, 0}, {1, 1}}};
+                                       {{3, 3}, {-1, 0}}, {{2, 0}, {0, 0}},  {{2, 1}, {1, 0}},
+                                       {{2, 2}, {-1, 0}}, {{1, 1}, {-1, 0}}};
 __constant__ int8_t kUpper[6][2] = {{0, 1}, {0, 2}, {0, 3}, {1, 2}, {1, 3}, {2, 3}};
 
 // W (f16) at token r, keys key, key + 1 of the image; U^T's element (token, value) of the value
@@ -528,6 +530,21 @@ __global__ void __launch_bounds__(kThreads, 2) producer_kernel(const __grid_cons
               pack_f16x2(q0, q1);
         }
       }
+      if (I == J) {  // X_II = (I + N_II)^-1 in place, by forward substitution (lane j: column j)
+        __syncwarp();
+        float x[16];
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+          float acc = i == lane ? 1.0f : 0.0f;
+#pragma unroll
+          for (int s2 = 0; s2 < i; ++s2) acc = fmaf(-nbl[i * 16 + s2], x[s2], acc);
+          x[i] = acc;
+        }
+        __syncwarp();
+        if (lane < 16)
+#pragma unroll
+          for (int i = 0; i < 16; ++i) nbl[i * 16 + lane] = x[i];
+      }
     }
   }
   // A_qk's blocks above the diagonal: zeros.
@@ -545,59 +562,59 @@ __global__ void __launch_bounds__(kThreads, 2) producer_kernel(const __grid_cons
     cp_async_cg_16(vs + (i / 16) * kLdV + 8 * (i % 16),
                    row_ptr(a.v, a.v_stride, i / 16) + 8 * (i % 16), 16);
   cp_async_commit_group();
-  // 5. X = (I + N)^-1: the diagonal blocks by forward substitution (warp I, lane j: column j)...
-  if (warp < 4 && lane < 16) {
-    float* nd = &sm.nb[nb_index(warp, warp)][0][0];
-    float x[16];
-#pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      float acc = i == lane ? 1.0f : 0.0f;
-#pragma unroll
-      for (int s2 = 0; s2 < i; ++s2) acc = fmaf(-nd[i * 16 + s2], x[s2], acc);
-      x[i] = acc;
-    }
-    __syncwarp(0xffffu);
-#pragma unroll
-    for (int i = 0; i < 16; ++i) nd[i * 16 + lane] = x[i];
-  }
-  __syncthreads();
   if (a.probe && tid == 0) a.probe[blockIdx.x * 8 + 4] = clock64();
-  // ... then the blocks below them, row block by row block: Y_J = sum_{J <= M < I} N_IM X_MJ,
-  // X_IJ = -X_II Y_J (Y in kh's space); a thread takes 4 columns of one row.
-  float* ybuf = sm.kh;
-  for (int I = 1; I < 4; ++I) {
-    if (tid < 64 * I) {
-      const int J = tid / 64, i = (tid % 64) / 4, j = 4 * (tid % 4);
-      float4 acc = make_float4(0, 0, 0, 0);
+  // 5. The blocks of X below its diagonal (the diagonal ones were inverted in step 3), in three
+  // waves of warp-local targets X_IJ = -X_II sum_{J <= M < I} N_IM X_MJ: (1,0) (2,1) (3,2), then
+  // (2,0) (3,1), then (3,0). Off-diagonal X in kh's space (N stays for later waves), each warp's
+  // Y in its own 1 KiB there; lane: row lane / 2, columns 8 (lane % 2) .. + 7.
+  float* xoff = sm.kh;  // 6 blocks of 16 x 16 at off_index(I, J)
+  {
+    float* ys = sm.kh + 6 * 256 + warp * 256;
+    const int i = lane / 2, c0 = 8 * (lane % 2);
+    auto xblock = [&](int I, int J) -> const float* {
+      return I == J ? &sm.nb[nb_index(I, I)][0][0] : xoff + off_index(I, J) * 256;
+    };
+    auto target = [&](int I, int J) {
+      float y[8] = {};
       for (int M = J; M < I; ++M) {
         const float* n_im = &sm.nb[nb_index(I, M)][i][0];
-        const float* x_mj = &sm.nb[nb_index(M, J)][0][j];
+        const float* x_mj = xblock(M, J) + c0;
 #pragma unroll
         for (int s2 = 0; s2 < 16; ++s2) {
           const float nv = n_im[s2];
-          const float4 xv = *reinterpret_cast<const float4*>(&x_mj[s2 * 16]);
-          acc.x = fmaf(nv, xv.x, acc.x), acc.y = fmaf(nv, xv.y, acc.y);
-          acc.z = fmaf(nv, xv.z, acc.z), acc.w = fmaf(nv, xv.w, acc.w);
+          const float4 xa = *reinterpret_cast<const float4*>(&x_mj[s2 * 16]);
+          const float4 xb = *reinterpret_cast<const float4*>(&x_mj[s2 * 16 + 4]);
+          y[0] = fmaf(nv, xa.x, y[0]), y[1] = fmaf(nv, xa.y, y[1]);
+          y[2] = fmaf(nv, xa.z, y[2]), y[3] = fmaf(nv, xa.w, y[3]);
+          y[4] = fmaf(nv, xb.x, y[4]), y[5] = fmaf(nv, xb.y, y[5]);
+          y[6] = fmaf(nv, xb.z, y[6]), y[7] = fmaf(nv, xb.w, y[7]);
         }
       }
-      *reinterpret_cast<float4*>(&ybuf[J * 256 + i * 16 + j]) = acc;
-    }
-    __syncthreads();
-    if (tid < 64 * I) {
-      const int J = tid / 64, i = (tid % 64) / 4, j = 4 * (tid % 4);
+      *reinterpret_cast<float4*>(&ys[i * 16 + c0]) = make_float4(y[0], y[1], y[2], y[3]);
+      *reinterpret_cast<float4*>(&ys[i * 16 + c0 + 4]) = make_float4(y[4], y[5], y[6], y[7]);
+      __syncwarp();
       const float* x_ii = &sm.nb[nb_index(I, I)][i][0];
-      float4 acc = make_float4(0, 0, 0, 0);
+      float o[8] = {};
 #pragma unroll
       for (int s2 = 0; s2 < 16; ++s2) {
         const float xv = x_ii[s2];
-        const float4 yv = *reinterpret_cast<const float4*>(&ybuf[J * 256 + s2 * 16 + j]);
-        acc.x = fmaf(xv, yv.x, acc.x), acc.y = fmaf(xv, yv.y, acc.y);
-        acc.z = fmaf(xv, yv.z, acc.z), acc.w = fmaf(xv, yv.w, acc.w);
+        const float4 ya = *reinterpret_cast<const float4*>(&ys[s2 * 16 + c0]);
+        const float4 yb = *reinterpret_cast<const float4*>(&ys[s2 * 16 + c0 + 4]);
+        o[0] = fmaf(xv, ya.x, o[0]), o[1] = fmaf(xv, ya.y, o[1]);
+        o[2] = fmaf(xv, ya.z, o[2]), o[3] = fmaf(xv, ya.w, o[3]);
+        o[4] = fmaf(xv, yb.x, o[4]), o[5] = fmaf(xv, yb.y, o[5]);
+        o[6] = fmaf(xv, yb.z, o[6]), o[7] = fmaf(xv, yb.w, o[7]);
       }
-      *reinterpret_cast<float4*>(&sm.nb[nb_index(I, J)][i][j]) =
-          make_float4(-acc.x, -acc.y, -acc.z, -acc.w);
-    }
+      float* dst = xoff + off_index(I, J) * 256 + i * 16 + c0;
+      *reinterpret_cast<float4*>(dst) = make_float4(-o[0], -o[1], -o[2], -o[3]);
+      *reinterpret_cast<float4*>(dst + 4) = make_float4(-o[4], -o[5], -o[6], -o[7]);
+      __syncwarp();  // ys is reused by the warp's next target
+    };
+    if (warp < 3) target(warp + 1, warp);
     __syncthreads();
+    if (warp < 2) target(warp + 2, warp);
+    __syncthreads();
+    if (warp == 0) target(3, 0);
   }
   cp_async_wait_group<0>();
   __syncthreads();
@@ -623,7 +640,7 @@ __global__ void __launch_bounds__(kThreads, 2) producer_kernel(const __grid_cons
       const float b0 = bt[2 * t], b1 = bt[2 * t + 1], b8 = bt[2 * t + 8], b9 = bt[2 * t + 9];
 #pragma unroll
       for (int I = J; I < 4; ++I) {
-        const float* x = &sm.nb[nb_index(I, J)][0][0];
+        const float* x = I == J ? &sm.nb[nb_index(I, I)][0][0] : xoff + off_index(I, J) * 256;
         uint32_t th[4], tl[4];  // Tb = X diag(beta), split
         split_bf16x2(x[g * 16 + 2 * t] * b0, x[g * 16 + 2 * t + 1] * b1, th[0], tl[0]);
         split_bf16x2(x[(g + 8) * 16 + 2 * t] * b0, x[(g + 8) * 16 + 2 * t + 1] * b1, th[1], tl[1]);
