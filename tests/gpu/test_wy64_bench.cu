@@ -490,7 +490,7 @@ __global__ void __launch_bounds__(kThreads, 2) producer_kernel(const __grid_cons
       const int I = kPairs[warp][jb][0], J = kPairs[warp][jb][1];
       if (I < 0) break;
       float ap[2][4] = {}, aq[2][4] = {};
-      const int ra = 16 * I + g, rb = ra + 8, s0 = 16 * J + g, s1 = s0 + 8;
+      const int ra = 16 * I + g, rb = ra + 8;
       const float* gai = I == 0 ? nullptr : sm.gend[I - 1];
       // ldmatrix rows: lane l addresses row l % 8 of matrix l / 8. A (kf, qf): matrices (rows
       // 0-7 | 8-15) x (keys 0-3 | 4-7) give a0..a3; B (kh): (n8 tile 0 | 1) x (keys 0-3 | 4-7).
@@ -687,6 +687,18 @@ struct Timing {
   double stage_bytes;  // read by all CTAs
 };
 
+// The consumer with kWgs warpgroups per CTA over `chunks` images of `heads` heads.
+template <int kWgs, bool kOut, bool kHot, bool kStore = kOut>
+void launch_consumer(int heads, int chunks, const void* img, const void* uimg, void* out,
+                     void* state, bool zero_state) {
+  using L = Layout<kWgs>;
+  auto kernel = wy64_consumer_kernel<kWgs, kOut, kHot, kStore>;
+  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmem);
+  kernel<<<2 * heads / kWgs, 128 + 128 * kWgs, L::kSmem>>>(
+      chunks, static_cast<const unsigned char*>(img), static_cast<const unsigned char*>(uimg),
+      static_cast<uint16_t*>(out), static_cast<float*>(state), zero_state ? 1 : 0);
+}
+
 template <int kWgs, bool kOut, bool kHot, bool kStore = kOut>
 Timing time_consumer(int heads, int tokens) {
   using L = Layout<kWgs>;
@@ -699,14 +711,9 @@ Timing time_consumer(int heads, int tokens) {
   EXPECT_TRUE(img.get() && uimg.get() && out.get() && state.get());
   fill_images<<<1024, 256>>>(static_cast<uint32_t*>(img.get()), img_bytes / 4,
                              static_cast<uint32_t*>(uimg.get()), u_bytes / 4);
-  auto kernel = wy64_consumer_kernel<kWgs, kOut, kHot, kStore>;
-  EXPECT_EQ(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmem),
-            cudaSuccess);
   auto launch = [&] {
-    kernel<<<2 * heads / kWgs, 128 + 128 * kWgs, L::kSmem>>>(
-        chunks, static_cast<const unsigned char*>(img.get()),
-        static_cast<const unsigned char*>(uimg.get()), static_cast<uint16_t*>(out.get()),
-        static_cast<float*>(state.get()), 0);
+    launch_consumer<kWgs, kOut, kHot, kStore>(heads, chunks, img.get(), uimg.get(), out.get(),
+                                              state.get(), false);
   };
   launch();
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -799,35 +806,45 @@ void launch_producer(const prod::Args& a) {
   prod::producer_kernel<<<a.chunks * a.H, prod::kThreads, smem>>>(a);
 }
 
+// A test problem (bounded gate, bf16 g and beta, no start state) and the producer's images of it.
+struct Produced {
+  fastkda_prefill_test::Problem p;
+  fastkda_prefill_test::DeviceInputs d;
+  int chunks;
+  fastkda_gpu_test::DeviceBuf img, uimg;
+  Produced(int T, int H)
+      : p(problem_case(T, H)),
+        d(p),
+        chunks(T / kChunk),
+        img(size_t(H) * chunks * kImgBytes),
+        uimg(size_t(H) * chunks * 2 * kUBytes) {
+    launch_producer(problem_args(p, d, img.get(), uimg.get()));
+  }
+  static fastkda_prefill_test::Case problem_case(int T, int H) {
+    fastkda_prefill_test::Case cs;
+    cs.T = T, cs.H = cs.HV = H;
+    cs.g_dtype = cs.beta_dtype = fastkda::DType::kBF16;
+    cs.init = fastkda_prefill_test::InitState::kNone;
+    return cs;
+  }
+};
+
 // The producer's images through the consumer (one warpgroup per value half, zero start state)
 // against the fp64 oracle: out within the prefill bound when every field is right.
 TEST(Wy64Bench, DISABLED_ProducerConsumerMatchOracle) {
   using namespace fastkda_prefill_test;
   FASTKDA_REQUIRE_GPU();
-  Case cs;
-  cs.T = 1024, cs.H = cs.HV = 4;
-  cs.g_dtype = cs.beta_dtype = DType::kBF16;
-  cs.init = InitState::kNone;
-  Problem p(cs);
-  DeviceInputs d(p);
-  const int chunks = int(cs.T) / kChunk;
-  fastkda_gpu_test::DeviceBuf img(size_t(cs.H) * chunks * kImgBytes);
-  fastkda_gpu_test::DeviceBuf uimg(size_t(cs.H) * chunks * 2 * kUBytes);
-  fastkda_gpu_test::DeviceBuf out(p.out_elems() * 2), state(size_t(cs.H) * 2 * 128 * 64 * 4);
-  launch_producer(problem_args(p, d, img.get(), uimg.get()));
-  using L = Layout<1>;
-  auto consumer = wy64_consumer_kernel<1, true, false, true>;
-  cudaFuncSetAttribute(consumer, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmem);
-  consumer<<<2 * cs.H, 256, L::kSmem>>>(chunks, static_cast<const unsigned char*>(img.get()),
-                                        static_cast<const unsigned char*>(uimg.get()),
-                                        static_cast<uint16_t*>(out.get()),
-                                        static_cast<float*>(state.get()), 1);
+  Produced w(1024, 4);
+  const Problem& p = w.p;
+  fastkda_gpu_test::DeviceBuf out(p.out_elems() * 2), state(size_t(p.c.H) * 2 * 128 * 64 * 4);
+  launch_consumer<1, true, false>(p.c.H, w.chunks, w.img.get(), w.uimg.get(), out.get(),
+                                  state.get(), true);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   HostBuf got(DType::kBF16, p.out_elems());
   cudaMemcpy(got.data(), out.get(), got.bytes(), cudaMemcpyDeviceToHost);
   const Result ref = run_oracle(p);
   const Err e = compare(got, ref.out);
-  std::printf("producer -> consumer vs oracle (T %d, H %d): out %s\n", int(cs.T), cs.H,
+  std::printf("producer -> consumer vs oracle (T %d, H %d): out %s\n", int(p.c.T), p.c.H,
               ::testing::PrintToString(e.rms_rel).c_str());
   EXPECT_EQ(e.nonfinite, 0u) << p.describe();
   EXPECT_LT(e.rms_rel, 2.0e-3) << e << " " << p.describe();
@@ -849,21 +866,15 @@ float half_to_float(uint16_t hb) {
 TEST(Wy64Bench, DISABLED_ProducerFields) {
   using namespace fastkda_prefill_test;
   FASTKDA_REQUIRE_GPU();
-  Case cs;
-  cs.T = 256, cs.H = cs.HV = 2;
-  cs.g_dtype = cs.beta_dtype = DType::kBF16;
-  cs.init = InitState::kNone;
-  Problem p(cs);
-  DeviceInputs d(p);
-  const int chunks = int(cs.T) / kChunk, H = cs.H;
-  fastkda_gpu_test::DeviceBuf img(size_t(H) * chunks * kImgBytes);
-  fastkda_gpu_test::DeviceBuf uimg(size_t(H) * chunks * 2 * kUBytes);
-  launch_producer(problem_args(p, d, img.get(), uimg.get()));
+  Produced w(256, 2);
+  const Problem& p = w.p;
+  const Case& cs = p.c;
+  const int chunks = w.chunks, H = cs.H;
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   std::vector<unsigned char> im(size_t(H) * chunks * kImgBytes),
       um(size_t(H) * chunks * 2 * kUBytes);
-  cudaMemcpy(im.data(), img.get(), im.size(), cudaMemcpyDeviceToHost);
-  cudaMemcpy(um.data(), uimg.get(), um.size(), cudaMemcpyDeviceToHost);
+  cudaMemcpy(im.data(), w.img.get(), im.size(), cudaMemcpyDeviceToHost);
+  cudaMemcpy(um.data(), w.uimg.get(), um.size(), cudaMemcpyDeviceToHost);
   const double scale = 1.0 / std::sqrt(128.0), l2e = 1.4426950408889634;
   for (int h = 0; h < H; ++h)
     for (int c = 0; c < chunks; ++c) {
@@ -992,14 +1003,9 @@ TEST(Wy64Bench, DISABLED_Producer) {
     launch_producer(a);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     const float pms = fastkda_gpu_test::median_event_ms([&] { launch_producer(a); }, 9);
-    using L = Layout<1>;
-    auto consumer = wy64_consumer_kernel<1, true, false, true>;
-    cudaFuncSetAttribute(consumer, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmem);
     auto run_consumer = [&] {
-      consumer<<<2 * H, 256, L::kSmem>>>(chunks, static_cast<const unsigned char*>(img.get()),
-                                         static_cast<const unsigned char*>(uimg.get()),
-                                         static_cast<uint16_t*>(out.get()),
-                                         static_cast<float*>(state.get()), 1);
+      launch_consumer<1, true, false>(H, chunks, img.get(), uimg.get(), out.get(), state.get(),
+                                      true);
     };
     const float cms = fastkda_gpu_test::median_event_ms(run_consumer, 9);
     const float both = fastkda_gpu_test::median_event_ms(
