@@ -628,32 +628,42 @@ __global__ void __launch_bounds__(kThreads, 2) producer_kernel(const __grid_cons
   if (a.probe && tid == 0) a.probe[blockIdx.x * 8 + 5] = clock64();
   // 6. W = Tb kw and U = Tb v: warp w takes keys and values 16 w .. 16 w + 15 (two n8 tiles).
   // Column block J outside, so that its kw / v fragments are formed once for the row blocks
-  // I >= J (all accumulators live: 64 registers).
+  // I >= J (all accumulators live: 64 registers). Addresses: lane-constant parts once.
   {
     float aw[4][2][4] = {}, au[4][2][4] = {};
+    // kw fragment rows 16 J + 2 t + d (d = 0, 1, 8, 9): swizzled key of row parity d & 1.
+    const float* kfb = sm.kf + 2 * t * kCols;
+    int kx[2][2];
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+      for (int d = 0; d < 2; ++d) kx[n][d] = (16 * warp + 8 * n + g) ^ (((2 * t + d) & 7) << 2);
+    const uint16_t* vb = vs + 2 * t * kLdV + 16 * warp + g;
 #pragma unroll
     for (int J = 0; J < 4; ++J) {
       uint32_t bk[2][4], bv[2][2];  // per n8 tile: kw hi (k0, k1), lo (k0, k1); v (k0, k1)
 #pragma unroll
       for (int n = 0; n < 2; ++n) {
-        const int key = 16 * warp + 8 * n + g, s0 = 16 * J + 2 * t;
-        const float p = sm.pe[J][key];
-        split_bf16x2(sm.kf[sw(s0, key)] * p, sm.kf[sw(s0 + 1, key)] * p, bk[n][0], bk[n][2]);
-        split_bf16x2(sm.kf[sw(s0 + 8, key)] * p, sm.kf[sw(s0 + 9, key)] * p, bk[n][1], bk[n][3]);
-        bv[n][0] = uint32_t(vs[s0 * kLdV + key]) | uint32_t(vs[(s0 + 1) * kLdV + key]) << 16;
-        bv[n][1] = uint32_t(vs[(s0 + 8) * kLdV + key]) | uint32_t(vs[(s0 + 9) * kLdV + key]) << 16;
+        const float p = sm.pe[J][16 * warp + 8 * n + g];
+        const float* kr = kfb + 16 * J * kCols;
+        split_bf16x2(kr[kx[n][0]] * p, kr[kCols + kx[n][1]] * p, bk[n][0], bk[n][2]);
+        split_bf16x2(kr[8 * kCols + kx[n][0]] * p, kr[9 * kCols + kx[n][1]] * p, bk[n][1],
+                     bk[n][3]);
+        const uint16_t* vr = vb + 16 * J * kLdV + 8 * n;
+        bv[n][0] = uint32_t(vr[0]) | uint32_t(vr[kLdV]) << 16;
+        bv[n][1] = uint32_t(vr[8 * kLdV]) | uint32_t(vr[9 * kLdV]) << 16;
       }
       const float* bt = &sm.beta[16 * J];
       const float b0 = bt[2 * t], b1 = bt[2 * t + 1], b8 = bt[2 * t + 8], b9 = bt[2 * t + 9];
 #pragma unroll
       for (int I = J; I < 4; ++I) {
-        const float* x = I == J ? &sm.nb[nb_index(I, I)][0][0] : xoff + off_index(I, J) * 256;
+        const float* x =
+            (I == J ? &sm.nb[nb_index(I, I)][0][0] : xoff + off_index(I, J) * 256) + g * 16 + 2 * t;
         uint32_t th[4], tl[4];  // Tb = X diag(beta), split
-        split_bf16x2(x[g * 16 + 2 * t] * b0, x[g * 16 + 2 * t + 1] * b1, th[0], tl[0]);
-        split_bf16x2(x[(g + 8) * 16 + 2 * t] * b0, x[(g + 8) * 16 + 2 * t + 1] * b1, th[1], tl[1]);
-        split_bf16x2(x[g * 16 + 2 * t + 8] * b8, x[g * 16 + 2 * t + 9] * b9, th[2], tl[2]);
-        split_bf16x2(x[(g + 8) * 16 + 2 * t + 8] * b8, x[(g + 8) * 16 + 2 * t + 9] * b9, th[3],
-                     tl[3]);
+        split_bf16x2(x[0] * b0, x[1] * b1, th[0], tl[0]);
+        split_bf16x2(x[128] * b0, x[129] * b1, th[1], tl[1]);
+        split_bf16x2(x[8] * b8, x[9] * b9, th[2], tl[2]);
+        split_bf16x2(x[136] * b8, x[137] * b9, th[3], tl[3]);
 #pragma unroll
         for (int n = 0; n < 2; ++n) {
           mma_m16n8k16_bf16(aw[I][n], tl, bk[n][0], bk[n][1]);
@@ -664,21 +674,22 @@ __global__ void __launch_bounds__(kThreads, 2) producer_kernel(const __grid_cons
         }
       }
     }
+    // W (f16 pairs) at w_offset(16 I + 8 e + g, 16 warp + 8 n + 2 t); U^T at u_index(the same
+    // token, value (16 warp + 8 n + 2 t) % 64 (+1)): lane-constant bases plus constants.
+    unsigned char* wb = img + warp * 4096 + g * 16 + 4 * t;
+    float* ubase =
+        uimg + (warp / 4) * (kUBytes / 4) + (32 * (warp % 4) + 8 * t + g / 2) * 4 + g % 2;
 #pragma unroll
     for (int I = 0; I < 4; ++I)
 #pragma unroll
-      for (int n = 0; n < 2; ++n) {
-        const int key = 16 * warp + 8 * n + 2 * t;
+      for (int n = 0; n < 2; ++n)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int r = 16 * I + g + 8 * e;
-          *reinterpret_cast<uint32_t*>(img + w_offset(r, key)) =
+          *reinterpret_cast<uint32_t*>(wb + n * 2048 + (2 * I + e) * 128) =
               pack_f16x2(aw[I][n][2 * e], aw[I][n][2 * e + 1]);
-          float* ub = uimg + (key / 64) * (kUBytes / 4);
-          ub[u_index(r, key % 64)] = au[I][n][2 * e];
-          ub[u_index(r, key % 64 + 1)] = au[I][n][2 * e + 1];
+          ubase[(2 * I + e) * 512 + 2 * n] = au[I][n][2 * e];
+          ubase[(2 * I + e) * 512 + 16 + 2 * n] = au[I][n][2 * e + 1];
         }
-      }
   }
   if (a.probe || a.ready) {
     __syncthreads();
