@@ -1,6 +1,6 @@
 // The consumer of a 64-token WY scan fed from memory (session 38; docs/prefill.md, "What would
 // close the missed rows"): what the scan costs per 16 tokens when every operand of a 64-token
-// chunk arrives made, by bulk copy, from another kernel (a producer on other SMs, not built).
+// chunk arrives made, by bulk copy, from another kernel (a producer on other SMs: below).
 // Per chunk of C = 64 tokens and scan warpgroup (64 value rows x 128 keys of S^T in f32
 // registers):
 //   P^T = S^T W^T, O^T = S^T qs^T     8 + 8 wgmma m64n64k16 f16 (A = f16(S^T) from registers)
@@ -287,7 +287,7 @@ __global__ void fill_images(uint32_t* img, size_t img_words, uint32_t* uimg, siz
 //   N = diag(beta) A' (strictly lower), X = (I + N)^-1 by 16 x 16 blocks (f32), Tb = X diag(beta)
 //   W = Tb kw (kw = k^ F 2^Ga), U = Tb v: split bf16 mma.sync (3 and 2 products)
 //   qs = scale q^ F 2^Ga (f16), ke = k^ H 2^(G_63 - Gend) (split bf16), decays 2^G_63.
-// Shared memory 115456 B: two CTAs per SM.
+// Shared memory 113408 B: two CTAs per SM.
 namespace prod {
 
 constexpr int kR = 64, kCols = 128, kThreads = 256;
