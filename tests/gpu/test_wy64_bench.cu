@@ -21,8 +21,8 @@
 // Below it, the producer of those images (namespace prod: one CTA per chunk and head, bounded gate,
 // fixed length), checked field by field against a host fp64 evaluation (ProducerFields) and
 // through the consumer against the fp64 oracle (ProducerConsumerMatchOracle: out 1.70e-3), and
-// timed alone, after and beside the consumer with ready flags (Producer: 10.8-12.5 SM-us per
-// chunk and head; beside the 32-CTA consumer H32 0.271 / 0.925 / 3.554 ms).
+// timed alone, after and beside the consumer with ready flags (Producer: 10.5-11.9 SM-us per
+// chunk and head; beside the 32-CTA consumer H32 0.264 / 0.904 / 3.484 ms).
 //   fastkda_gpu_tests --gtest_also_run_disabled_tests --gtest_filter='Wy64Bench.*'
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -285,7 +285,7 @@ __global__ void fill_images(uint32_t* img, size_t img_words, uint32_t* uimg, siz
 //   A'[r][s] = sum_c (k^_r F_r)(k^_s H_s 2^(Ga_I - Gend_J)), A_qk likewise with q^_r F_r (s <= r):
 //   for J < I the column factor is <= 1, for J = I it is 2^(Ga_I - Gend_I) <= 2^116; tf32 MMA.
 //   N = diag(beta) A' (strictly lower), X = (I + N)^-1 by 16 x 16 blocks (f32), Tb = X diag(beta)
-//   W = Tb kw (kw = k^ F 2^Ga), U = Tb v: split bf16 mma.sync (3 and 2 products)
+//   W = Tb kw (kw = k^ F 2^Ga): split bf16 wgmma (warpgroup 0); U = Tb v: split bf16 mma.sync
 //   qs = scale q^ F 2^Ga (f16), ke = k^ H 2^(G_63 - Gend) (split bf16), decays 2^G_63.
 // Shared memory 113408 B: two CTAs per SM.
 namespace prod {
@@ -568,12 +568,28 @@ __global__ void __launch_bounds__(kThreads, 2) producer_kernel(const __grid_cons
   }
   __syncthreads();
   if (a.probe && tid == 0) a.probe[blockIdx.x * 8 + 3] = clock64();
-  // v (bf16 rows of 272 B) into qf's space, while the solve runs.
-  uint16_t* vs = reinterpret_cast<uint16_t*>(sm.qf);
+  // v (bf16 rows of 272 B) into kh's space after the solve's 14 KiB, while the solve runs.
+  uint16_t* vs = reinterpret_cast<uint16_t*>(sm.kh + 14 * 256);
   for (int i = tid; i < kR * 16; i += kThreads)
     cp_async_cg_16(vs + (i / 16) * kLdV + 8 * (i % 16),
                    row_ptr(a.v, a.v_stride, i / 16) + 8 * (i % 16), 16);
   cp_async_commit_group();
+  // kw = k^ F 2^Ga in split bf16 into qf's space, as wgmma's B operand of W = Tb kw (K = tokens,
+  // N = keys, K-major: the image's ke layout): per 16-token step 8 KiB, hi then lo.
+  unsigned char* kwb = reinterpret_cast<unsigned char*>(sm.qf);
+  for (int it = tid; it < kCols * 8; it += kThreads) {
+    const int key = it % kCols, s0 = 8 * (it / kCols), J = s0 / 16;
+    const float p = sm.pe[J][key];
+    uint32_t hi[4], lo[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      split_bf16x2(sm.kf[sw(s0 + 2 * j, key)] * p, sm.kf[sw(s0 + 2 * j + 1, key)] * p, hi[j],
+                   lo[j]);
+    const uint32_t off = J * 8192 + ((s0 % 16) / 8) * 2048 + (key / 8) * 128 + (key % 8) * 16;
+    *reinterpret_cast<uint4*>(kwb + off) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+    *reinterpret_cast<uint4*>(kwb + off + 4096) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+  }
+  fence_proxy_async_shared();  // the wgmma of step 6 reads kw (a barrier follows in step 5)
   if (a.probe && tid == 0) a.probe[blockIdx.x * 8 + 4] = clock64();
   // 5. The blocks of X below its diagonal (the diagonal ones were inverted in step 3), in three
   // waves of warp-local targets X_IJ = -X_II sum_{J <= M < I} N_IM X_MJ: (1,0) (2,1) (3,2), then
@@ -631,69 +647,84 @@ __global__ void __launch_bounds__(kThreads, 2) producer_kernel(const __grid_cons
   cp_async_wait_group<0>();
   __syncthreads();
   if (a.probe && tid == 0) a.probe[blockIdx.x * 8 + 5] = clock64();
-  // 6. W = Tb kw and U = Tb v: warp w takes keys and values 16 w .. 16 w + 15 (two n8 tiles).
-  // Column block J outside, so that its kw / v fragments are formed once for the row blocks
-  // I >= J (all accumulators live: 64 registers). Addresses: lane-constant parts once.
-  {
-    float aw[4][2][4] = {}, au[4][2][4] = {};
-    // kw fragment rows 16 J + 2 t + d (d = 0, 1, 8, 9): swizzled key of row parity d & 1.
-    const float* kfb = sm.kf + 2 * t * kCols;
-    int kx[2][2];
-#pragma unroll
-    for (int n = 0; n < 2; ++n)
-#pragma unroll
-      for (int d = 0; d < 2; ++d) kx[n][d] = (16 * warp + 8 * n + g) ^ (((2 * t + d) & 7) << 2);
-    const uint16_t* vb = vs + 2 * t * kLdV + 16 * warp + g;
+  // 6. W = Tb kw on wgmma by warpgroup 0 (warp w: token rows 16 w .. 16 w + 15, A = its row of
+  // Tb blocks in split bf16; 4 token steps x 3 m64n128k16), U = Tb v on mma.sync by warpgroup 1
+  // (warp 4 + u: values 32 u .. 32 u + 31, every row block, column block J outside).
+  auto tb_frag = [&](int I, int J, uint32_t(&th)[4], uint32_t(&tl)[4]) {  // Tb(I, J) = X diag(beta)
+    const float* x =
+        (I == J ? &sm.nb[nb_index(I, I)][0][0] : xoff + off_index(I, J) * 256) + g * 16 + 2 * t;
+    const float* bt = &sm.beta[16 * J + 2 * t];
+    split_bf16x2(x[0] * bt[0], x[1] * bt[1], th[0], tl[0]);
+    split_bf16x2(x[128] * bt[0], x[129] * bt[1], th[1], tl[1]);
+    split_bf16x2(x[8] * bt[8], x[9] * bt[9], th[2], tl[2]);
+    split_bf16x2(x[136] * bt[8], x[137] * bt[9], th[3], tl[3]);
+  };
+  if (warp < 4) {
+    float aw[64];
+    uint32_t th[4][4], tl[4][4];
 #pragma unroll
     for (int J = 0; J < 4; ++J) {
-      uint32_t bk[2][4], bv[2][2];  // per n8 tile: kw hi (k0, k1), lo (k0, k1); v (k0, k1)
+      if (J <= warp) {
+        tb_frag(warp, J, th[J], tl[J]);
+      } else {
 #pragma unroll
-      for (int n = 0; n < 2; ++n) {
-        const float p = sm.pe[J][16 * warp + 8 * n + g];
-        const float* kr = kfb + 16 * J * kCols;
-        split_bf16x2(kr[kx[n][0]] * p, kr[kCols + kx[n][1]] * p, bk[n][0], bk[n][2]);
-        split_bf16x2(kr[8 * kCols + kx[n][0]] * p, kr[9 * kCols + kx[n][1]] * p, bk[n][1],
-                     bk[n][3]);
+        for (int e = 0; e < 4; ++e) th[J][e] = tl[J][e] = 0u;
+      }
+    }
+    const SmemDesc dk = smem_desc_noswizzle(kwb, 2048, 128);  // + 8 KiB per token step, lo + 4 KiB
+    wgmma_fence();
+#pragma unroll
+    for (int J = 0; J < 4; ++J) {
+      wgmma_m64n128k16_bf16_rs(aw, tl[J], dk + 512 * J, J > 0);
+      wgmma_m64n128k16_bf16_rs(aw, th[J], dk + 512 * J + 256, true);
+      wgmma_m64n128k16_bf16_rs(aw, th[J], dk + 512 * J, true);
+    }
+    wgmma_commit_group();
+    wgmma_wait_group<0>();
+    wgmma_fence_operands(aw);
+    // W (f16 pairs): rows 16 w + g (+ 8), keys 8 j + 2 t of n8 tile j.
+    unsigned char* wb = img + 2 * warp * 128 + g * 16 + 4 * t;
+#pragma unroll
+    for (int j = 0; j < 16; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e)
+        *reinterpret_cast<uint32_t*>(wb + (j / 2) * 4096 + (j % 2) * 2048 + e * 128) =
+            pack_f16x2(aw[4 * j + 2 * e], aw[4 * j + 2 * e + 1]);
+  } else {
+    const int u = warp - 4;
+    float au[4][4][4] = {};  // [I][n8 tile][4]
+    const uint16_t* vb = vs + 2 * t * kLdV + 32 * u + g;
+#pragma unroll
+    for (int J = 0; J < 4; ++J) {
+      uint32_t bv[4][2];
+#pragma unroll
+      for (int n = 0; n < 4; ++n) {
         const uint16_t* vr = vb + 16 * J * kLdV + 8 * n;
         bv[n][0] = uint32_t(vr[0]) | uint32_t(vr[kLdV]) << 16;
         bv[n][1] = uint32_t(vr[8 * kLdV]) | uint32_t(vr[9 * kLdV]) << 16;
       }
-      const float* bt = &sm.beta[16 * J];
-      const float b0 = bt[2 * t], b1 = bt[2 * t + 1], b8 = bt[2 * t + 8], b9 = bt[2 * t + 9];
 #pragma unroll
       for (int I = J; I < 4; ++I) {
-        const float* x =
-            (I == J ? &sm.nb[nb_index(I, I)][0][0] : xoff + off_index(I, J) * 256) + g * 16 + 2 * t;
-        uint32_t th[4], tl[4];  // Tb = X diag(beta), split
-        split_bf16x2(x[0] * b0, x[1] * b1, th[0], tl[0]);
-        split_bf16x2(x[128] * b0, x[129] * b1, th[1], tl[1]);
-        split_bf16x2(x[8] * b8, x[9] * b9, th[2], tl[2]);
-        split_bf16x2(x[136] * b8, x[137] * b9, th[3], tl[3]);
+        uint32_t th[4], tl[4];
+        tb_frag(I, J, th, tl);
 #pragma unroll
-        for (int n = 0; n < 2; ++n) {
-          mma_m16n8k16_bf16(aw[I][n], tl, bk[n][0], bk[n][1]);
-          mma_m16n8k16_bf16(aw[I][n], th, bk[n][2], bk[n][3]);
-          mma_m16n8k16_bf16(aw[I][n], th, bk[n][0], bk[n][1]);
+        for (int n = 0; n < 4; ++n) {
           mma_m16n8k16_bf16(au[I][n], tl, bv[n][0], bv[n][1]);
           mma_m16n8k16_bf16(au[I][n], th, bv[n][0], bv[n][1]);
         }
       }
     }
-    // W (f16 pairs) at w_offset(16 I + 8 e + g, 16 warp + 8 n + 2 t); U^T at u_index(the same
-    // token, value (16 warp + 8 n + 2 t) % 64 (+1)): lane-constant bases plus constants.
-    unsigned char* wb = img + warp * 4096 + g * 16 + 4 * t;
-    float* ubase =
-        uimg + (warp / 4) * (kUBytes / 4) + (32 * (warp % 4) + 8 * t + g / 2) * 4 + g % 2;
+    // U^T at u_index(token 16 I + 8 e + g, value (32 u + 8 n + 2 t) % 64 (+1)).
+    float* ub = uimg + (u / 2) * (kUBytes / 4);
 #pragma unroll
     for (int I = 0; I < 4; ++I)
 #pragma unroll
-      for (int n = 0; n < 2; ++n)
+      for (int n = 0; n < 4; ++n)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          *reinterpret_cast<uint32_t*>(wb + n * 2048 + (2 * I + e) * 128) =
-              pack_f16x2(aw[I][n][2 * e], aw[I][n][2 * e + 1]);
-          ubase[(2 * I + e) * 512 + 2 * n] = au[I][n][2 * e];
-          ubase[(2 * I + e) * 512 + 16 + 2 * n] = au[I][n][2 * e + 1];
+          const int r = 16 * I + 8 * e + g, vv = (32 * u + 8 * n + 2 * t) % 64;
+          ub[u_index(r, vv)] = au[I][n][2 * e];
+          ub[u_index(r, vv + 1)] = au[I][n][2 * e + 1];
         }
   }
   if (a.probe || a.ready) {
