@@ -297,15 +297,15 @@ __device__ __forceinline__ int sw(int r, int c) { return r * kCols + (c ^ ((r & 
 
 struct Smem {
   float kf[kR * kCols];  // k^ F: A' rows, kw / 2^Ga
-  float qf[kR * kCols];  // q^ F: A_qk rows; then v (bf16 [64][136]) for U
-  float kh[kR * kCols];  // k^ H: A' / A_qk columns, ke / 2^(G_63 - Gend); then the solve's Y
+  float qf[kR * kCols];  // q^ F: A_qk rows; then kw (split bf16, wgmma B layout) for W
+  float kh[kR * kCols];  // k^ H: A' / A_qk columns; then X below the diagonal, the solve's Y, v
   float nb[10][16][16];  // N by 16 x 16 blocks (I, J <= I) at I (I + 1) / 2 + J; then X
   float gend[4][kCols];  // Gend_I
   float pe[4][kCols];    // 2^Ga_I; first the row norms' partial sums (8 warps x 32)
   float rq[kR], rk[kR], beta[kR];
 };
 static_assert(sizeof(Smem) <= 115712, "two CTAs per SM");
-constexpr int kLdV = 136;  // bf16 row stride of v in qf's space
+constexpr int kLdV = 136;  // bf16 row stride of v (in kh's space)
 
 struct Args {
   const uint16_t *q, *k, *v, *g, *beta;  // [T][H][128] bf16 rows at the strides below, beta [T][H]
