@@ -190,6 +190,8 @@ def chunk_operands(q, k, v, a, beta, scale, c0, n, modes):
     kw = kc * np.exp(G)
     W = mm(Tb, kw, modes["wu"])
     U = mm(Tb, vc, modes["wu"])
+    if modes.get("u_store") == "f16":  # U stored as f16 by the producer
+        U = U.astype(np.float16).astype(f)
     qs = f(scale) * qc * np.exp(G)
     ke = kc * np.exp(G[-1] - G)
     return W, U, qs, Aqk, ke, np.exp(G[-1]), Tb, kw, vc
@@ -444,6 +446,10 @@ CONFIGS = {  # name: (C, modes[, split-T segment tokens])
     ),
     "C64 WY, Tb by 16-blocks, tf32 products": (64, {**WY64, "solve": "tf32"}),
     "C64 WY, W / U f32": (64, {**WY64, "wu": "f32"}),
+    "C64 WY, state update f16 (ke, V_new f16)": (64, {**WY64, "su": "f16"}),
+    "C64 WY, U stored f16": (64, {**WY64, "u_store": "f16"}),
+    "C64 WY, U f16, state update f16": (64, {**WY64, "u_store": "f16", "su": "f16"}),
+    "C64 WY, U f16, state update ke split, V_new f16": (64, {**WY64, "u_store": "f16", "su": "bf16x2"}),
     "C64 split-T, 256-token segments, combine / fix f32": (64, KEPT, 256),
     "C64 split-T, 256-token segments, combine / fix tf32": (
         64,
@@ -511,6 +517,7 @@ SEED_CONFIGS = {
     "C32 as GPU, kw / qs and intra operands truncated, scaled": (32, AS_GPU_SEEDS),
     "C64 WY (session 38)": (64, WY64),
     "C64 WY, Tb by 16-blocks, tf32 products": (64, {**WY64, "solve": "tf32"}),
+    "C64 WY, U f16, state update f16": (64, {**WY64, "u_store": "f16", "su": "f16"}),
     "C32 as GPU, Tb by 16-blocks, bf16x3 products": (32, {**AS_GPU_SEEDS, "solve": "bf16x3"}),
 }
 

@@ -31,6 +31,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <type_traits>
 #include <vector>
 
 #include "cuda/device/ptx.cuh"
@@ -42,22 +43,66 @@ namespace {
 
 using namespace fastkda::device;
 
-// D(64 x 64) (+)= A(64 x 16, f16, registers) * B(16 x 64, f16, smem K-major).
+#define FASTKDA_D32_OPERANDS                                                                      \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),    \
+      "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),  \
+      "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),  \
+      "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+#define FASTKDA_D32_REGS                                                    \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+// D(64 x 64) (+)= A(64 x 16, registers) * B(16 x 64, smem K-major); f16 or bf16 operands.
+template <bool kBf16>
+__device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[32], const uint32_t (&a)[4],
+                                                   SmemDesc desc_b, bool accumulate) {
+  if constexpr (kBf16) {
+    asm volatile(
+        "{\n.reg .pred p;\n.reg .b64 desc;\nsetp.ne.b32 p, %38, 0;\nmov.b64 desc, {%36, %37};\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " FASTKDA_D32_REGS
+        "{%32, %33, %34, %35}, desc, p, 1, 1, 0;\n}\n"
+        : FASTKDA_D32_OPERANDS
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(desc_b.lo), "r"(desc_b.hi),
+          "r"(int(accumulate)));
+  } else {
+    asm volatile(
+        "{\n.reg .pred p;\n.reg .b64 desc;\nsetp.ne.b32 p, %38, 0;\nmov.b64 desc, {%36, %37};\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " FASTKDA_D32_REGS
+        "{%32, %33, %34, %35}, desc, p, 1, 1, 0;\n}\n"
+        : FASTKDA_D32_OPERANDS
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(desc_b.lo), "r"(desc_b.hi),
+          "r"(int(accumulate)));
+  }
+}
+#undef FASTKDA_D32_OPERANDS
+#undef FASTKDA_D32_REGS
 __device__ __forceinline__ void wgmma_m64n64k16_f16_rs(float (&d)[32], const uint32_t (&a)[4],
                                                        SmemDesc desc_b, bool accumulate) {
+  wgmma_m64n64k16_rs<false>(d, a, desc_b, accumulate);
+}
+// D(64 x 128) (+)= A(64 x 16, bf16, smem K-major) * B(16 x 128, bf16, smem K-major).
+__device__ __forceinline__ void wgmma_m64n128k16_bf16_ss(float (&d)[64], SmemDesc desc_a,
+                                                         SmemDesc desc_b, bool accumulate) {
   asm volatile(
-      "{\n.reg .pred p;\n.reg .b64 desc;\nsetp.ne.b32 p, %38, 0;\nmov.b64 desc, {%36, %37};\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+      "{\n.reg .pred p;\n.reg .b64 da, db;\nsetp.ne.b32 p, %68, 0;\nmov.b64 da, {%64, %65};\n"
+      "mov.b64 db, {%66, %67};\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
       "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-      "{%32, %33, %34, %35}, desc, p, 1, 1, 0;\n}\n"
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "da, db, p, 1, 1, 0, 0;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
         "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
         "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
         "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(desc_b.lo), "r"(desc_b.hi),
-        "r"(int(accumulate)));
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+        "+f"(d[63])
+      : "r"(desc_a.lo), "r"(desc_a.hi), "r"(desc_b.lo), "r"(desc_b.hi), "r"(int(accumulate)));
 }
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
@@ -300,12 +345,17 @@ struct Smem {
   float qf[kR * kCols];  // q^ F: A_qk rows; then kw (split bf16, wgmma B layout) for W
   float kh[kR * kCols];  // k^ H: A' / A_qk columns; then X below the diagonal, the solve's Y, v
   float nb[10][16][16];  // N by 16 x 16 blocks (I, J <= I) at I (I + 1) / 2 + J; then X
-  float gend[4][kCols];  // Gend_I
-  float pe[4][kCols];    // 2^Ga_I; first the row norms' partial sums (8 warps x 32)
+  // Rows 0-3: the blocks' gate totals (step 2); then the column factors of A''s pairs other than
+  // (I, I - 1) (cf_row): 2^(Ga_I - Gend_J) per key.
+  float cf[7][kCols];
+  float pe[4][kCols];  // 2^Ga_I; first the row norms' partial sums (8 warps x 32)
   float rq[kR], rk[kR], beta[kR];
 };
 static_assert(sizeof(Smem) <= 115712, "two CTAs per SM");
 constexpr int kLdV = 136;  // bf16 row stride of v (in kh's space)
+// A' / A_qk take raw f32 bits as tf32 operands (truncation); k^ H is stored scaled by (1 + 2
+// kTruncBias) to compensate both truncations.
+constexpr float kComp = 1.0f + 2.0f * 3.5223e-4f;
 
 struct Args {
   const uint16_t *q, *k, *v, *g, *beta;  // [T][H][128] bf16 rows at the strides below, beta [T][H]
@@ -316,6 +366,8 @@ struct Args {
   unsigned char *img, *uimg;
   long long* probe;  // optional: clock64 per CTA at each step's end (8 per CTA)
   uint32_t* ready;   // optional: [H][chunks] flags set once the chunk's image is complete
+  int hot_mode;      // timing probes (below)
+  int prefetch;      // persistent CTAs: the next item's q, k, g, v rows into L2 before step 3
 };
 
 __device__ __forceinline__ float bf(uint16_t h) { return __uint_as_float(uint32_t(h) << 16); }
@@ -326,6 +378,14 @@ __host__ __device__ __forceinline__ int off_index(int I, int J) { return (I - 1)
 // matrix l / 8 (16 bytes) and receives word l % 4 of row l / 4 of matrix i in r[i].
 __device__ __forceinline__ void ldmatrix_x4(const void* row, uint32_t (&r)[4]) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(row)))
+               : "memory");
+}
+// The same with each 8 x 8 b16 matrix transposed: lane l receives elements (2 (l % 4), l / 4) and
+// (2 (l % 4) + 1, l / 4) of matrix i in r[i].
+__device__ __forceinline__ void ldmatrix_x4_trans(const void* row, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(row)))
                : "memory");
@@ -343,10 +403,13 @@ __device__ __forceinline__ void reduce_scatter_step(float (&v)[32], int lane) {
   }
 }
 // Step 3's (row block, column block) pairs per warp, I < 0: none.
-__constant__ int8_t kPairs[8][2][2] = {{{3, 0}, {-1, 0}}, {{3, 1}, {-1, 0}}, {{3, 2}, {-1, 0}},
-                                       {{3, 3}, {-1, 0}}, {{2, 0}, {0, 0}},  {{2, 1}, {1, 0}},
-                                       {{2, 2}, {-1, 0}}, {{1, 1}, {-1, 0}}};
-__constant__ int8_t kUpper[6][2] = {{0, 1}, {0, 2}, {0, 3}, {1, 2}, {1, 3}, {2, 3}};
+// Step 3's (row block, column block, cf row) per warp, I < 0: none. The diagonal pairs (with their
+// inverses) one per warp, the others two or one: (2, 0) (1, 0) | (3, 1) (2, 1) | (3, 0) | (3, 2).
+// cf row: I for (I, I), 4 (2, 0), 5 (3, 1), 6 (3, 0); -1: (I, I - 1), whose factor is 1.
+__constant__ int8_t kPairs[8][2][3] = {{{0, 0, 0}, {-1, 0, 0}}, {{1, 1, 1}, {-1, 0, 0}},
+                                       {{2, 2, 2}, {-1, 0, 0}}, {{3, 3, 3}, {-1, 0, 0}},
+                                       {{2, 0, 4}, {1, 0, -1}}, {{3, 1, 5}, {2, 1, -1}},
+                                       {{3, 0, 6}, {-1, 0, 0}}, {{3, 2, -1}, {-1, 0, 0}}};
 
 // W (f16) at token r, keys key, key + 1 of the image; U^T's element (token, value) of the value
 // half's block in the consumer's P^T fragment order.
@@ -362,375 +425,426 @@ __host__ __device__ __forceinline__ uint32_t u_index(int tok,
 __global__ void __launch_bounds__(kThreads, 2) producer_kernel(const __grid_constant__ Args a) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
-  const int c = int(blockIdx.x) / a.H, h = int(blockIdx.x) % a.H;  // chunk-major order
   const int tid = threadIdx.x, warp = tid / 32, lane = tid & 31, g = lane / 4, t = lane & 3;
-  const int64_t tok0 = int64_t(c) * kR;
-  auto row_ptr = [&](const uint16_t* x, int64_t stride, int r) {
-    return x + (tok0 + r) * stride + h * kCols;
-  };
-  unsigned char* img = a.img + (size_t(h) * a.chunks + c) * kImgBytes;
-  float* uimg = reinterpret_cast<float*>(a.uimg + (size_t(h) * a.chunks + c) * 2 * kUBytes);
+  // Items (chunk, head) b, b + grid, ...: one per CTA, or persistent CTAs (a grid of what the SMs
+  // hold at once: the scan's CTAs wait for items). Persistent: 1 % slower at H32 T16384, and 8 %
+  // with the next item's rows prefetched into L2 at the start of each (session 39).
+  const int items = a.chunks * a.H;
+#pragma unroll 1
+  for (int item = int(blockIdx.x); item < items; item += int(gridDim.x)) {
+    const int c = item / a.H, h = item % a.H;  // chunk-major order
+    // Timing probes: every item reads item 0's inputs (hot_mode & 1) / writes item 0's image (& 2).
+    const bool hot_in = a.hot_mode & 1, hot_out = a.hot_mode & 2;
+    const int64_t tok0 = hot_in ? 0 : int64_t(c) * kR;
+    const int hin = hot_in ? 0 : h;
+    auto row_ptr = [&](const uint16_t* x, int64_t stride, int r) {
+      return x + (tok0 + r) * stride + hin * kCols;
+    };
+    const size_t out_item = hot_out ? 0 : size_t(h) * a.chunks + c;
+    unsigned char* img = a.img + out_item * kImgBytes;
+    float* uimg = reinterpret_cast<float*>(a.uimg + out_item * 2 * kUBytes);
 
-  if (a.probe && tid == 0) a.probe[blockIdx.x * 8] = clock64();
-  // 1. Thread (column pair cp, row block qb) loads its 16 rows of q, k, g (columns 2 cp,
-  // 2 cp + 1): every global load of the step at once.
-  const int cp = tid % 64, qb = tid / 64;
-  uint32_t k2s[16], q2s[16], g2s[16];
+    if (a.probe && tid == 0) a.probe[item * 8] = clock64();
+    // 1. Thread (column pair cp, row block qb) loads its 16 rows of q, k, g (columns 2 cp,
+    // 2 cp + 1): every global load of the step at once.
+    const int cp = tid % 64, qb = tid / 64;
+    uint32_t k2s[16], q2s[16], g2s[16];
+    {
+      const uint32_t* kp =
+          reinterpret_cast<const uint32_t*>(row_ptr(a.k, a.k_stride, 16 * qb) + 2 * cp);
+      const uint32_t* qp =
+          reinterpret_cast<const uint32_t*>(row_ptr(a.q, a.q_stride, 16 * qb) + 2 * cp);
+      const uint32_t* gp =
+          reinterpret_cast<const uint32_t*>(row_ptr(a.g, a.g_stride, 16 * qb) + 2 * cp);
 #pragma unroll
-  for (int i = 0; i < 16; ++i) {
-    k2s[i] = *reinterpret_cast<const uint32_t*>(row_ptr(a.k, a.k_stride, 16 * qb + i) + 2 * cp);
-    q2s[i] = *reinterpret_cast<const uint32_t*>(row_ptr(a.q, a.q_stride, 16 * qb + i) + 2 * cp);
-    g2s[i] = *reinterpret_cast<const uint32_t*>(a.g + (tok0 + 16 * qb + i) * a.g_stride +
-                                                h * kCols + 2 * cp);
-  }
-  if (tid < kR) {
-    const float b = bf(a.beta[(tok0 + tid) * a.beta_stride + h]);
-    sm.beta[tid] = rcp_approx(1.0f + ex2_approx(-b * 1.4426950408889634f));
-  }
-  // Row norms: the warp's sums of squares over its 64 columns for its 16 q and 16 k rows, by a
-  // butterfly reduce-scatter (lane l ends with value l: q rows 0-15, k rows 0-15 of the block),
-  // the two warps of a block added through pe's space.
-  {
-    float v[32];
-#pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      const float q0 = bf(q2s[i] & 0xffff), q1 = bf(q2s[i] >> 16);
-      const float k0 = bf(k2s[i] & 0xffff), k1 = bf(k2s[i] >> 16);
-      v[i] = q0 * q0 + q1 * q1;
-      v[16 + i] = k0 * k0 + k1 * k1;
-    }
-    reduce_scatter_step<16>(v, lane);
-    reduce_scatter_step<8>(v, lane);
-    reduce_scatter_step<4>(v, lane);
-    reduce_scatter_step<2>(v, lane);
-    reduce_scatter_step<1>(v, lane);
-    (&sm.pe[0][0])[warp * 32 + lane] = v[0];
-  }
-  // 2. The gate's cumulative sum G (log2) down each key column: thread (cp, qb) sums the 16 rows
-  // of block qb from 0; the blocks' totals then give each block its start Ga.
-  float G[16][2];
-  {
-    const float A = ex2_approx(a.A_log[h] * 1.4426950408889634f);
-    const float cc = -A * 1.4426950408889634f;
-    const float2 dtb = *reinterpret_cast<const float2*>(&a.dt_bias[h * kCols + 2 * cp]);
-    const float bc0 = dtb.x * cc, bc1 = dtb.y * cc;
-    float run0 = 0.0f, run1 = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      run0 = fmaf(rcp_approx(1.0f + ex2_approx(fmaf(bf(g2s[i] & 0xffff), cc, bc0))),
-                  a.lower_bound_log2, run0);
-      run1 = fmaf(rcp_approx(1.0f + ex2_approx(fmaf(bf(g2s[i] >> 16), cc, bc1))),
-                  a.lower_bound_log2, run1);
-      G[i][0] = run0, G[i][1] = run1;
-    }
-    *reinterpret_cast<float2*>(&sm.gend[qb][2 * cp]) = make_float2(run0, run1);  // block totals
-  }
-  __syncthreads();
-  if (tid < 2 * kR) {  // row tid % 64 of q (tid < 64) or k: its block's two warp partials
-    const int r = tid % kR, idx = r % 16 + (tid < kR ? 0 : 16), w0 = 2 * (r / 16);
-    const float ss = (&sm.pe[0][0])[w0 * 32 + idx] + (&sm.pe[0][0])[(w0 + 1) * 32 + idx];
-    (tid < kR ? sm.rq : sm.rk)[r] = rsqrt_approx(ss + 1e-6f);
-  }
-  float ga0 = 0.0f, ga1 = 0.0f, gl0 = 0.0f, gl1 = 0.0f;  // Ga of this block; G_63
-#pragma unroll
-  for (int I = 0; I < 4; ++I) {
-    const float2 tot = *reinterpret_cast<const float2*>(&sm.gend[I][2 * cp]);
-    if (I < qb) ga0 += tot.x, ga1 += tot.y;
-    gl0 += tot.x, gl1 += tot.y;
-  }
-  __syncthreads();
-  if (a.probe && tid == 0) a.probe[blockIdx.x * 8 + 1] = clock64();
-  {
-    // The operands of A' / A_qk / W in shared memory, and straight to the image: qs (f16 pairs of
-    // keys 2 cp, 2 cp + 1) = scale q^ F 2^Ga, ke (bf16 hi / lo, 8 tokens of a key per 16 bytes)
-    // = k^ H 2^(G_63 - Gend).
-    const float ge0 = G[15][0], ge1 = G[15][1];  // Gend - Ga
-    const float p0 = a.scale * ex2_approx(ga0), p1 = a.scale * ex2_approx(ga1);
-    const float e0 = ex2_approx(gl0 - ga0 - ge0), e1 = ex2_approx(gl1 - ga1 - ge1);
-    uint32_t kh0[4], kl0[4], kh1[4], kl1[4];  // ke of 8 tokens, keys 2 cp / 2 cp + 1
-    float kp0 = 0.0f, kp1 = 0.0f;             // ke of the previous (even) row
-#pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      const int r = 16 * qb + i;
-      const float F0 = ex2_approx(G[i][0]), F1 = ex2_approx(G[i][1]);
-      const float H0 = ex2_approx(ge0 - G[i][0]), H1 = ex2_approx(ge1 - G[i][1]);
-      const uint32_t k2 = k2s[i], q2 = q2s[i];
-      const float rk = sm.rk[r], rq = sm.rq[r];
-      const float k0 = bf(k2 & 0xffff) * rk, k1 = bf(k2 >> 16) * rk;
-      const float q0 = bf(q2 & 0xffff) * rq * F0, q1 = bf(q2 >> 16) * rq * F1;
-      const float kh0v = k0 * H0, kh1v = k1 * H1;
-      const int o = sw(r, 2 * cp);
-      *reinterpret_cast<float2*>(&sm.kf[o]) = make_float2(k0 * F0, k1 * F1);
-      *reinterpret_cast<float2*>(&sm.qf[o]) = make_float2(q0, q1);
-      *reinterpret_cast<float2*>(&sm.kh[o]) = make_float2(kh0v, kh1v);
-      *reinterpret_cast<uint32_t*>(img + w_offset(64 + r, 2 * cp)) = pack_f16x2(q0 * p0, q1 * p1);
-      if (i % 2 == 0) {
-        kp0 = kh0v * e0, kp1 = kh1v * e1;
-      } else {
-        const int j = (i % 8) / 2;
-        split_bf16x2(kp0, kh0v * e0, kh0[j], kl0[j]);
-        split_bf16x2(kp1, kh1v * e1, kh1[j], kl1[j]);
-        if (i % 8 == 7) {  // tokens 16 qb + i - 7 .. 16 qb + i of keys 2 cp, 2 cp + 1
-          const uint32_t off = kKeOff + qb * 8192 + (i / 8) * 2048 + (cp / 4) * 128 + (cp % 4) * 32;
-          *reinterpret_cast<uint4*>(img + off) = make_uint4(kh0[0], kh0[1], kh0[2], kh0[3]);
-          *reinterpret_cast<uint4*>(img + off + 4096) = make_uint4(kl0[0], kl0[1], kl0[2], kl0[3]);
-          *reinterpret_cast<uint4*>(img + off + 16) = make_uint4(kh1[0], kh1[1], kh1[2], kh1[3]);
-          *reinterpret_cast<uint4*>(img + off + 4096 + 16) =
-              make_uint4(kl1[0], kl1[1], kl1[2], kl1[3]);
-        }
+      for (int i = 0; i < 16; ++i) {  // rows of 4-byte words: strides halved
+        k2s[i] = *kp, q2s[i] = *qp, g2s[i] = *gp;
+        kp += a.k_stride / 2, qp += a.q_stride / 2, gp += a.g_stride / 2;
       }
     }
-  }
-  __syncthreads();  // every block's total read: gend becomes G at each block's last row
-  *reinterpret_cast<float2*>(&sm.gend[qb][2 * cp]) = make_float2(ga0 + G[15][0], ga1 + G[15][1]);
-  __syncthreads();
-  if (a.probe && tid == 0) a.probe[blockIdx.x * 8 + 2] = clock64();
-  if (tid < kCols) {  // per-column factors 2^Ga of kw; the decays
+    if (tid < kR) {
+      const float b = bf(a.beta[(tok0 + tid) * a.beta_stride + hin]);
+      sm.beta[tid] = rcp_approx(1.0f + ex2_approx(-b * 1.4426950408889634f));
+    }
+    // Row norms: the warp's sums of squares over its 64 columns for its 16 q and 16 k rows, by a
+    // butterfly reduce-scatter (lane l ends with value l: q rows 0-15, k rows 0-15 of the block),
+    // the two warps of a block added through pe's space.
+    {
+      float v[32];
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        const float q0 = bf(q2s[i] & 0xffff), q1 = bf(q2s[i] >> 16);
+        const float k0 = bf(k2s[i] & 0xffff), k1 = bf(k2s[i] >> 16);
+        v[i] = q0 * q0 + q1 * q1;
+        v[16 + i] = k0 * k0 + k1 * k1;
+      }
+      reduce_scatter_step<16>(v, lane);
+      reduce_scatter_step<8>(v, lane);
+      reduce_scatter_step<4>(v, lane);
+      reduce_scatter_step<2>(v, lane);
+      reduce_scatter_step<1>(v, lane);
+      (&sm.pe[0][0])[warp * 32 + lane] = v[0];
+    }
+    // 2. The gate's cumulative sum G (log2) down each key column: thread (cp, qb) sums the 16 rows
+    // of block qb from 0; the blocks' totals then give each block its start Ga.
+    float G[16][2];
+    {
+      const float A = ex2_approx(a.A_log[h] * 1.4426950408889634f);
+      const float cc = -A * 1.4426950408889634f;
+      const float2 dtb = *reinterpret_cast<const float2*>(&a.dt_bias[h * kCols + 2 * cp]);
+      const float bc0 = dtb.x * cc, bc1 = dtb.y * cc;
+      float run0 = 0.0f, run1 = 0.0f;
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        run0 = fmaf(rcp_approx(1.0f + ex2_approx(fmaf(bf(g2s[i] & 0xffff), cc, bc0))),
+                    a.lower_bound_log2, run0);
+        run1 = fmaf(rcp_approx(1.0f + ex2_approx(fmaf(bf(g2s[i] >> 16), cc, bc1))),
+                    a.lower_bound_log2, run1);
+        G[i][0] = run0, G[i][1] = run1;
+      }
+      *reinterpret_cast<float2*>(&sm.cf[qb][2 * cp]) = make_float2(run0, run1);  // block totals
+    }
+    __syncthreads();
+    if (tid < 2 * kR) {  // row tid % 64 of q (tid < 64) or k: its block's two warp partials
+      const int r = tid % kR, idx = r % 16 + (tid < kR ? 0 : 16), w0 = 2 * (r / 16);
+      const float ss = (&sm.pe[0][0])[w0 * 32 + idx] + (&sm.pe[0][0])[(w0 + 1) * 32 + idx];
+      (tid < kR ? sm.rq : sm.rk)[r] = rsqrt_approx(ss + 1e-6f);
+    }
+    float ga0 = 0.0f, ga1 = 0.0f, gl0 = 0.0f, gl1 = 0.0f;  // Ga of this block; G_63
+    float t12_0 = 0.0f, t12_1 = 0.0f;                      // the totals of blocks 1 and 2
 #pragma unroll
     for (int I = 0; I < 4; ++I) {
-      sm.pe[I][tid] = I == 0 ? 1.0f : ex2_approx(sm.gend[I - 1][tid]);
+      const float2 tot = *reinterpret_cast<const float2*>(&sm.cf[I][2 * cp]);
+      if (I < qb) ga0 += tot.x, ga1 += tot.y;
+      if (I == 1 || I == 2) t12_0 += tot.x, t12_1 += tot.y;
+      gl0 += tot.x, gl1 += tot.y;
     }
-    reinterpret_cast<float*>(img + kDecayOff)[tid] = ex2_approx(sm.gend[3][tid]);
-  }
-  // 3. A' and A_qk by (row block I, column block J <= I) pairs, both n8 tiles at once (one A
-  // fragment for both); operands as raw f32 bits (tf32 truncation), the column operand scaled by
-  // (1 + 2 kTruncBias) for both truncations.
-  {
-    constexpr float kComp = 1.0f + 2.0f * 3.5223e-4f;
+    const float pa0 = ex2_approx(ga0), pa1 = ex2_approx(ga1);  // 2^Ga
+    __syncthreads();
+    if (a.probe && tid == 0) a.probe[item * 8 + 1] = clock64();
+    {
+      // The operands of A' / A_qk / W in shared memory, and straight to the image: qs (f16 pairs of
+      // keys 2 cp, 2 cp + 1) = scale q^ F 2^Ga, ke (bf16 hi / lo, 8 tokens of a key per 16 bytes)
+      // = k^ H 2^(G_63 - Gend).
+      const float ge0 = G[15][0], ge1 = G[15][1];  // Gend - Ga
+      const float p0 = a.scale * pa0, p1 = a.scale * pa1;
+      const float e0 = ex2_approx(gl0 - ga0 - ge0), e1 = ex2_approx(gl1 - ga1 - ge1);
+      unsigned char* qs_base = img + w_offset(64 + 16 * qb, 2 * cp);
+      uint32_t kh0[4], kl0[4], kh1[4], kl1[4];  // ke of 8 tokens, keys 2 cp / 2 cp + 1
+      float kp0 = 0.0f, kp1 = 0.0f;             // ke of the previous (even) row
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        const int r = 16 * qb + i;
+        const float F0 = ex2_approx(G[i][0]), F1 = ex2_approx(G[i][1]);
+        const float H0 = ex2_approx(ge0 - G[i][0]), H1 = ex2_approx(ge1 - G[i][1]);
+        const uint32_t k2 = k2s[i], q2 = q2s[i];
+        const float rk = sm.rk[r], rq = sm.rq[r];
+        const float k0 = bf(k2 & 0xffff) * rk, k1 = bf(k2 >> 16) * rk;
+        const float q0 = bf(q2 & 0xffff) * rq * F0, q1 = bf(q2 >> 16) * rq * F1;
+        const float kh0v = k0 * H0, kh1v = k1 * H1;
+        const int o = sw(r, 2 * cp);
+        *reinterpret_cast<float2*>(&sm.kf[o]) = make_float2(k0 * F0, k1 * F1);
+        *reinterpret_cast<float2*>(&sm.qf[o]) = make_float2(q0, q1);
+        *reinterpret_cast<float2*>(&sm.kh[o]) = make_float2(kh0v * kComp, kh1v * kComp);
+        *reinterpret_cast<uint32_t*>(qs_base + (i / 8) * 128 + (i % 8) * 16) =
+            pack_f16x2(q0 * p0, q1 * p1);
+        if (i % 2 == 0) {
+          kp0 = kh0v * e0, kp1 = kh1v * e1;
+        } else {
+          const int j = (i % 8) / 2;
+          split_bf16x2(kp0, kh0v * e0, kh0[j], kl0[j]);
+          split_bf16x2(kp1, kh1v * e1, kh1[j], kl1[j]);
+          if (i % 8 == 7) {  // tokens 16 qb + i - 7 .. 16 qb + i of keys 2 cp, 2 cp + 1
+            const uint32_t off =
+                kKeOff + qb * 8192 + (i / 8) * 2048 + (cp / 4) * 128 + (cp % 4) * 32;
+            *reinterpret_cast<uint4*>(img + off) = make_uint4(kh0[0], kh0[1], kh0[2], kh0[3]);
+            *reinterpret_cast<uint4*>(img + off + 4096) =
+                make_uint4(kl0[0], kl0[1], kl0[2], kl0[3]);
+            *reinterpret_cast<uint4*>(img + off + 16) = make_uint4(kh1[0], kh1[1], kh1[2], kh1[3]);
+            *reinterpret_cast<uint4*>(img + off + 4096 + 16) =
+                make_uint4(kl1[0], kl1[1], kl1[2], kl1[3]);
+          }
+        }
+      }
+    }
+    // Every block's total read: cf becomes A''s column factors (tot_I = Gend_I - Ga_I <= 0):
+    // 2^-tot_I for (I, I), 2^tot_1 for (2, 0), 2^tot_2 for (3, 1), 2^(tot_1 + tot_2) for (3, 0).
+    // Then 2^Ga (kw's column factors) and the decays 2^G_63.
+    __syncthreads();
+    {
+      auto put = [&](int row, float x0, float x1) {
+        *reinterpret_cast<float2*>(&sm.cf[row][2 * cp]) = make_float2(x0, x1);
+      };
+      put(qb, ex2_approx(-G[15][0]), ex2_approx(-G[15][1]));
+      if (qb == 1 || qb == 2) put(3 + qb, ex2_approx(G[15][0]), ex2_approx(G[15][1]));
+      if (qb == 3) put(6, ex2_approx(t12_0), ex2_approx(t12_1));
+      *reinterpret_cast<float2*>(&sm.pe[qb][2 * cp]) = make_float2(pa0, pa1);
+      if (qb == 0)
+        *reinterpret_cast<float2*>(img + kDecayOff + 8 * cp) =
+            make_float2(ex2_approx(gl0), ex2_approx(gl1));
+    }
+    __syncthreads();
+    if (a.probe && tid == 0) a.probe[item * 8 + 2] = clock64();
+    if (a.prefetch && item + int(gridDim.x) < items) {
+      const int nx = item + int(gridDim.x), nc = nx / a.H, nh = nx % a.H, r = tid % kR;
+      const int64_t tok = int64_t(nc) * kR + r;
+      const uint16_t* src = tid < 64    ? a.q + tok * a.q_stride
+                            : tid < 128 ? a.k + tok * a.k_stride
+                            : tid < 192 ? a.g + tok * a.g_stride
+                                        : a.v + tok * a.v_stride;
+      prefetch_l2(src + nh * kCols);
+      prefetch_l2(src + nh * kCols + 64);
+    }
+    // 3. A' and A_qk by (row block I, column block J <= I) pairs, both n8 tiles at once (one A
+    // fragment for both); operands as raw f32 bits (tf32 truncation), the column operand k^ H
+    // (scaled by kComp) times the pair's column factor from cf (none for (I, I - 1)).
+    {
 #pragma unroll 1
-    for (int jb = 0; jb < 2; ++jb) {
-      const int I = kPairs[warp][jb][0], J = kPairs[warp][jb][1];
-      if (I < 0) break;
-      float ap[2][4] = {}, aq[2][4] = {};
-      const int ra = 16 * I + g, rb = ra + 8;
-      const float* gai = I == 0 ? nullptr : sm.gend[I - 1];
-      // ldmatrix rows: lane l addresses row l % 8 of matrix l / 8. A (kf, qf): matrices (rows
-      // 0-7 | 8-15) x (keys 0-3 | 4-7) give a0..a3; B (kh): (n8 tile 0 | 1) x (keys 0-3 | 4-7).
-      const int mi = lane / 8, arow = 16 * I + 8 * (mi % 2) + lane % 8;
-      const int brow = 16 * J + 8 * (mi / 2) + lane % 8;
+      for (int jb = 0; jb < 2; ++jb) {
+        const int I = kPairs[warp][jb][0], J = kPairs[warp][jb][1], row = kPairs[warp][jb][2];
+        if (I < 0) break;
+        float ap[2][4] = {}, aq[2][4] = {};
+        const int ra = 16 * I + g, rb = ra + 8;
+        // ldmatrix rows: lane l addresses row l % 8 of matrix l / 8. A (kf, qf): matrices (rows
+        // 0-7 | 8-15) x (keys 0-3 | 4-7) give a0..a3; B (kh): (n8 tile 0 | 1) x (keys 0-3 | 4-7).
+        const int mi = lane / 8, arow = 16 * I + 8 * (mi % 2) + lane % 8;
+        const int brow = 16 * J + 8 * (mi / 2) + lane % 8;
+        auto products = [&](auto scaled) {
+          const float* cfr = sm.cf[scaled ? row : 0] + t;
 #pragma unroll 4
-      for (int kk = 0; kk < 16; ++kk) {
-        const int k0 = 8 * kk + t, k1 = k0 + 4;
-        const float c0 = kComp * ex2_approx((gai ? gai[k0] : 0.0f) - sm.gend[J][k0]);
-        const float c1 = kComp * ex2_approx((gai ? gai[k1] : 0.0f) - sm.gend[J][k1]);
-        uint32_t ak[4], aqf[4], b[4];
-        ldmatrix_x4(&sm.kf[sw(arow, 8 * kk + 4 * (mi / 2))], ak);
-        ldmatrix_x4(&sm.qf[sw(arow, 8 * kk + 4 * (mi / 2))], aqf);
-        ldmatrix_x4(&sm.kh[sw(brow, 8 * kk + 4 * (mi % 2))], b);
+          for (int kk = 0; kk < 16; ++kk) {
+            uint32_t ak[4], aqf[4], b[4];
+            ldmatrix_x4(&sm.kf[sw(arow, 8 * kk + 4 * (mi / 2))], ak);
+            ldmatrix_x4(&sm.qf[sw(arow, 8 * kk + 4 * (mi / 2))], aqf);
+            ldmatrix_x4(&sm.kh[sw(brow, 8 * kk + 4 * (mi % 2))], b);
+            if constexpr (decltype(scaled)::value) {
+              const float c0 = cfr[8 * kk], c1 = cfr[8 * kk + 4];
+#pragma unroll
+              for (int n = 0; n < 2; ++n) {
+                b[2 * n] = __float_as_uint(__uint_as_float(b[2 * n]) * c0);
+                b[2 * n + 1] = __float_as_uint(__uint_as_float(b[2 * n + 1]) * c1);
+              }
+            }
+#pragma unroll
+            for (int n = 0; n < 2; ++n) {
+              mma_m16n8k8_tf32(ap[n], ak, b[2 * n], b[2 * n + 1]);
+              mma_m16n8k8_tf32(aq[n], aqf, b[2 * n], b[2 * n + 1]);
+            }
+          }
+        };
+        if (row >= 0)
+          products(std::true_type{});
+        else
+          products(std::false_type{});
+        float* nbl = &sm.nb[nb_index(I, J)][0][0];
 #pragma unroll
         for (int n = 0; n < 2; ++n) {
-          const uint32_t b0 = __float_as_uint(__uint_as_float(b[2 * n]) * c0);
-          const uint32_t b1 = __float_as_uint(__uint_as_float(b[2 * n + 1]) * c1);
-          mma_m16n8k8_tf32(ap[n], ak, b0, b1);
-          mma_m16n8k8_tf32(aq[n], aqf, b0, b1);
+          const int sc = 16 * J + 8 * n + 2 * t;  // elements (row ra / rb, columns sc, sc + 1)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int r = e ? rb : ra;
+            const float x0 = sc < r ? sm.beta[r] * ap[n][2 * e] : 0.0f;
+            const float x1 = sc + 1 < r ? sm.beta[r] * ap[n][2 * e + 1] : 0.0f;
+            *reinterpret_cast<float2*>(&nbl[(r - 16 * I) * 16 + sc - 16 * J]) = make_float2(x0, x1);
+            const float q0 = sc <= r ? a.scale * aq[n][2 * e] : 0.0f;
+            const float q1 = sc + 1 <= r ? a.scale * aq[n][2 * e + 1] : 0.0f;
+            *reinterpret_cast<uint32_t*>(img + kAqOff + (sc / 16) * 2048 + ((sc % 16) / 8) * 1024 +
+                                         (r / 8) * 128 + (r % 8) * 16 + (sc % 8) * 2) =
+                pack_f16x2(q0, q1);
+          }
         }
-      }
-      float* nbl = &sm.nb[nb_index(I, J)][0][0];
+        if (I == J) {  // X_II = (I + N_II)^-1 in place, by forward substitution (lane j: column j)
+          __syncwarp();
+          float x[16];
 #pragma unroll
-      for (int n = 0; n < 2; ++n) {
-        const int sc = 16 * J + 8 * n + 2 * t;  // elements (row ra / rb, columns sc, sc + 1)
+          for (int i = 0; i < 16; ++i) {
+            float acc = i == lane ? 1.0f : 0.0f;
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int r = e ? rb : ra;
-          const float x0 = sc < r ? sm.beta[r] * ap[n][2 * e] : 0.0f;
-          const float x1 = sc + 1 < r ? sm.beta[r] * ap[n][2 * e + 1] : 0.0f;
-          *reinterpret_cast<float2*>(&nbl[(r - 16 * I) * 16 + sc - 16 * J]) = make_float2(x0, x1);
-          const float q0 = sc <= r ? a.scale * aq[n][2 * e] : 0.0f;
-          const float q1 = sc + 1 <= r ? a.scale * aq[n][2 * e + 1] : 0.0f;
-          *reinterpret_cast<uint32_t*>(img + kAqOff + (sc / 16) * 2048 + ((sc % 16) / 8) * 1024 +
-                                       (r / 8) * 128 + (r % 8) * 16 + (sc % 8) * 2) =
-              pack_f16x2(q0, q1);
+            for (int s2 = 0; s2 < i; ++s2) acc = fmaf(-nbl[i * 16 + s2], x[s2], acc);
+            x[i] = acc;
+          }
+          __syncwarp();
+          if (lane < 16)
+#pragma unroll
+            for (int i = 0; i < 16; ++i) nbl[i * 16 + lane] = x[i];
         }
-      }
-      if (I == J) {  // X_II = (I + N_II)^-1 in place, by forward substitution (lane j: column j)
-        __syncwarp();
-        float x[16];
-#pragma unroll
-        for (int i = 0; i < 16; ++i) {
-          float acc = i == lane ? 1.0f : 0.0f;
-#pragma unroll
-          for (int s2 = 0; s2 < i; ++s2) acc = fmaf(-nbl[i * 16 + s2], x[s2], acc);
-          x[i] = acc;
-        }
-        __syncwarp();
-        if (lane < 16)
-#pragma unroll
-          for (int i = 0; i < 16; ++i) nbl[i * 16 + lane] = x[i];
       }
     }
-  }
-  // A_qk's blocks above the diagonal: zeros.
-  for (int i = tid; i < 6 * 16 * 8; i += kThreads) {  // (I < J) blocks, f16 pairs
-    const int b = i / 128, e = i % 128, r = 16 * kUpper[b][0] + e / 8,
-              s = 16 * kUpper[b][1] + 2 * (e % 8);
-    *reinterpret_cast<uint32_t*>(img + kAqOff + (s / 16) * 2048 + ((s % 16) / 8) * 1024 +
-                                 (r / 8) * 128 + (r % 8) * 16 + (s % 8) * 2) = 0u;
-  }
-  __syncthreads();
-  if (a.probe && tid == 0) a.probe[blockIdx.x * 8 + 3] = clock64();
-  // v (bf16 rows of 272 B) into kh's space after the solve's 14 KiB, while the solve runs.
-  uint16_t* vs = reinterpret_cast<uint16_t*>(sm.kh + 14 * 256);
-  for (int i = tid; i < kR * 16; i += kThreads)
-    cp_async_cg_16(vs + (i / 16) * kLdV + 8 * (i % 16),
-                   row_ptr(a.v, a.v_stride, i / 16) + 8 * (i % 16), 16);
-  cp_async_commit_group();
-  // kw = k^ F 2^Ga in split bf16 into qf's space, as wgmma's B operand of W = Tb kw (K = tokens,
-  // N = keys, K-major: the image's ke layout): per 16-token step 8 KiB, hi then lo.
-  unsigned char* kwb = reinterpret_cast<unsigned char*>(sm.qf);
-  for (int it = tid; it < kCols * 8; it += kThreads) {
-    const int key = it % kCols, s0 = 8 * (it / kCols), J = s0 / 16;
-    const float p = sm.pe[J][key];
-    uint32_t hi[4], lo[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-      split_bf16x2(sm.kf[sw(s0 + 2 * j, key)] * p, sm.kf[sw(s0 + 2 * j + 1, key)] * p, hi[j],
-                   lo[j]);
-    const uint32_t off = J * 8192 + ((s0 % 16) / 8) * 2048 + (key / 8) * 128 + (key % 8) * 16;
-    *reinterpret_cast<uint4*>(kwb + off) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-    *reinterpret_cast<uint4*>(kwb + off + 4096) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
-  }
-  fence_proxy_async_shared();  // the wgmma of step 6 reads kw (a barrier follows in step 5)
-  if (a.probe && tid == 0) a.probe[blockIdx.x * 8 + 4] = clock64();
-  // 5. The blocks of X below its diagonal (the diagonal ones were inverted in step 3), in three
-  // waves of warp-local targets X_IJ = -X_II sum_{J <= M < I} N_IM X_MJ: (1,0) (2,1) (3,2), then
-  // (2,0) (3,1), then (3,0). Off-diagonal X in kh's space (N stays for later waves), each warp's
-  // Y in its own 1 KiB there; lane: row lane / 2, columns 8 (lane % 2) .. + 7.
-  float* xoff = sm.kh;  // 6 blocks of 16 x 16 at off_index(I, J)
-  {
-    float* ys = sm.kh + 6 * 256 + warp * 256;
-    const int i = lane / 2, c0 = 8 * (lane % 2);
-    auto xblock = [&](int I, int J) -> const float* {
-      return I == J ? &sm.nb[nb_index(I, I)][0][0] : xoff + off_index(I, J) * 256;
-    };
-    auto target = [&](int I, int J) {
-      float y[8] = {};
-      for (int M = J; M < I; ++M) {
-        const float* n_im = &sm.nb[nb_index(I, M)][i][0];
-        const float* x_mj = xblock(M, J) + c0;
-#pragma unroll
-        for (int s2 = 0; s2 < 16; ++s2) {
-          const float nv = n_im[s2];
-          const float4 xa = *reinterpret_cast<const float4*>(&x_mj[s2 * 16]);
-          const float4 xb = *reinterpret_cast<const float4*>(&x_mj[s2 * 16 + 4]);
-          y[0] = fmaf(nv, xa.x, y[0]), y[1] = fmaf(nv, xa.y, y[1]);
-          y[2] = fmaf(nv, xa.z, y[2]), y[3] = fmaf(nv, xa.w, y[3]);
-          y[4] = fmaf(nv, xb.x, y[4]), y[5] = fmaf(nv, xb.y, y[5]);
-          y[6] = fmaf(nv, xb.z, y[6]), y[7] = fmaf(nv, xb.w, y[7]);
-        }
-      }
-      *reinterpret_cast<float4*>(&ys[i * 16 + c0]) = make_float4(y[0], y[1], y[2], y[3]);
-      *reinterpret_cast<float4*>(&ys[i * 16 + c0 + 4]) = make_float4(y[4], y[5], y[6], y[7]);
-      __syncwarp();
-      const float* x_ii = &sm.nb[nb_index(I, I)][i][0];
-      float o[8] = {};
-#pragma unroll
-      for (int s2 = 0; s2 < 16; ++s2) {
-        const float xv = x_ii[s2];
-        const float4 ya = *reinterpret_cast<const float4*>(&ys[s2 * 16 + c0]);
-        const float4 yb = *reinterpret_cast<const float4*>(&ys[s2 * 16 + c0 + 4]);
-        o[0] = fmaf(xv, ya.x, o[0]), o[1] = fmaf(xv, ya.y, o[1]);
-        o[2] = fmaf(xv, ya.z, o[2]), o[3] = fmaf(xv, ya.w, o[3]);
-        o[4] = fmaf(xv, yb.x, o[4]), o[5] = fmaf(xv, yb.y, o[5]);
-        o[6] = fmaf(xv, yb.z, o[6]), o[7] = fmaf(xv, yb.w, o[7]);
-      }
-      float* dst = xoff + off_index(I, J) * 256 + i * 16 + c0;
-      *reinterpret_cast<float4*>(dst) = make_float4(-o[0], -o[1], -o[2], -o[3]);
-      *reinterpret_cast<float4*>(dst + 4) = make_float4(-o[4], -o[5], -o[6], -o[7]);
-      __syncwarp();  // ys is reused by the warp's next target
-    };
-    if (warp < 3) target(warp + 1, warp);
+    // A_qk's blocks above the diagonal (I < J): zeros. Block (I, J)'s rows in each 8-column half
+    // are 256 contiguous bytes at J * 2048 + half * 1024 + I * 256; 16-byte stores, one per thread.
+    if (tid < 6 * 32) {
+      const int b = tid / 32, I = b < 3 ? 0 : (b < 5 ? 1 : 2),
+                J = b < 3 ? b + 1 : (b < 5 ? b - 1 : 3);
+      *reinterpret_cast<uint4*>(img + kAqOff + J * 2048 + ((tid / 16) % 2) * 1024 + I * 256 +
+                                (tid % 16) * 16) = make_uint4(0u, 0u, 0u, 0u);
+    }
     __syncthreads();
-    if (warp < 2) target(warp + 2, warp);
-    __syncthreads();
-    if (warp == 0) target(3, 0);
-  }
-  cp_async_wait_group<0>();
-  __syncthreads();
-  if (a.probe && tid == 0) a.probe[blockIdx.x * 8 + 5] = clock64();
-  // 6. W = Tb kw on wgmma by warpgroup 0 (warp w: token rows 16 w .. 16 w + 15, A = its row of
-  // Tb blocks in split bf16; 4 token steps x 3 m64n128k16), U = Tb v on mma.sync by warpgroup 1
-  // (warp 4 + u: values 32 u .. 32 u + 31, every row block, column block J outside).
-  auto tb_frag = [&](int I, int J, uint32_t(&th)[4], uint32_t(&tl)[4]) {  // Tb(I, J) = X diag(beta)
-    const float* x =
-        (I == J ? &sm.nb[nb_index(I, I)][0][0] : xoff + off_index(I, J) * 256) + g * 16 + 2 * t;
-    const float* bt = &sm.beta[16 * J + 2 * t];
-    split_bf16x2(x[0] * bt[0], x[1] * bt[1], th[0], tl[0]);
-    split_bf16x2(x[128] * bt[0], x[129] * bt[1], th[1], tl[1]);
-    split_bf16x2(x[8] * bt[8], x[9] * bt[9], th[2], tl[2]);
-    split_bf16x2(x[136] * bt[8], x[137] * bt[9], th[3], tl[3]);
-  };
-  if (warp < 4) {
-    float aw[64];
-    uint32_t th[4][4], tl[4][4];
+    if (a.probe && tid == 0) a.probe[item * 8 + 3] = clock64();
+    // v (bf16 rows of 272 B) into kh's space after the solve's 14 KiB, while the solve runs.
+    uint16_t* vs = reinterpret_cast<uint16_t*>(sm.kh + 14 * 256);
+    for (int i = tid; i < kR * 16; i += kThreads)
+      cp_async_cg_16(vs + (i / 16) * kLdV + 8 * (i % 16),
+                     row_ptr(a.v, a.v_stride, i / 16) + 8 * (i % 16), 16);
+    cp_async_commit_group();
+    // kw = k^ F 2^Ga in split bf16 into qf's space, as wgmma's B operand of W = Tb kw (K = tokens,
+    // N = keys, K-major: the image's ke layout): per 16-token step 8 KiB, hi then lo.
+    unsigned char* kwb = reinterpret_cast<unsigned char*>(sm.qf);
+    for (int it = tid; it < kCols * 8; it += kThreads) {
+      const int key = it % kCols, s0 = 8 * (it / kCols), J = s0 / 16;
+      const float p = sm.pe[J][key];
+      uint32_t hi[4], lo[4];
 #pragma unroll
-    for (int J = 0; J < 4; ++J) {
-      if (J <= warp) {
-        tb_frag(warp, J, th[J], tl[J]);
-      } else {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) th[J][e] = tl[J][e] = 0u;
-      }
+      for (int j = 0; j < 4; ++j)
+        split_bf16x2(sm.kf[sw(s0 + 2 * j, key)] * p, sm.kf[sw(s0 + 2 * j + 1, key)] * p, hi[j],
+                     lo[j]);
+      const uint32_t off = J * 8192 + ((s0 % 16) / 8) * 2048 + (key / 8) * 128 + (key % 8) * 16;
+      *reinterpret_cast<uint4*>(kwb + off) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+      *reinterpret_cast<uint4*>(kwb + off + 4096) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
     }
-    const SmemDesc dk = smem_desc_noswizzle(kwb, 2048, 128);  // + 8 KiB per token step, lo + 4 KiB
-    wgmma_fence();
+    fence_proxy_async_shared();  // the wgmma of step 6 reads kw (a barrier follows in step 5)
+    if (a.probe && tid == 0) a.probe[item * 8 + 4] = clock64();
+    // 5. The blocks of X below its diagonal (the diagonal ones were inverted in step 3), in three
+    // waves of warp-local targets X_IJ = -X_II sum_{J <= M < I} N_IM X_MJ: (1,0) (2,1) (3,2), then
+    // (2,0) (3,1), then (3,0); off-diagonal X in kh's space (N stays for later waves). Transposed,
+    // on mma.sync in split bf16 (hi hi + hi lo + lo hi): Y^T = sum X_MJ^T N_IM^T, whose
+    // accumulators are the A fragments of X_IJ^T = -Y^T X_II^T.
+    float* xoff = sm.kh;  // 6 blocks of 16 x 16 at off_index(I, J)
+    {
+      auto xblock = [&](int I, int J) -> const float* {
+        return I == J ? &sm.nb[nb_index(I, I)][0][0] : xoff + off_index(I, J) * 256;
+      };
+      auto mma3 = [&](float(&d)[4], const uint32_t(&ah)[4], const uint32_t(&al)[4],
+                      const float* brow) {  // B (k 2t.., n g) = brow[2t], brow[2t + 1], + 8
+        const float2 p0 = *reinterpret_cast<const float2*>(brow + 2 * t);
+        const float2 p1 = *reinterpret_cast<const float2*>(brow + 2 * t + 8);
+        uint32_t bh0, bl0, bh1, bl1;
+        split_bf16x2(p0.x, p0.y, bh0, bl0);
+        split_bf16x2(p1.x, p1.y, bh1, bl1);
+        mma_m16n8k16_bf16(d, al, bh0, bh1);
+        mma_m16n8k16_bf16(d, ah, bl0, bl1);
+        mma_m16n8k16_bf16(d, ah, bh0, bh1);
+      };
+      auto target = [&](int I, int J) {
+        float y[2][4] = {};  // Y^T: rows j (X_IJ's columns), n8 tiles of i (its rows)
+        for (int M = J; M < I; ++M) {
+          const float* x = xblock(M, J);  // A = X_MJ^T: (j, k) = X_MJ[k][j]
+          uint32_t ah[4], al[4];
+          split_bf16x2(x[2 * t * 16 + g], x[(2 * t + 1) * 16 + g], ah[0], al[0]);
+          split_bf16x2(x[2 * t * 16 + g + 8], x[(2 * t + 1) * 16 + g + 8], ah[1], al[1]);
+          split_bf16x2(x[(2 * t + 8) * 16 + g], x[(2 * t + 9) * 16 + g], ah[2], al[2]);
+          split_bf16x2(x[(2 * t + 8) * 16 + g + 8], x[(2 * t + 9) * 16 + g + 8], ah[3], al[3]);
+          const float* nm = &sm.nb[nb_index(I, M)][0][0];  // B = N_IM^T: (k, i) = N_IM[i][k]
 #pragma unroll
-    for (int J = 0; J < 4; ++J) {
-      wgmma_m64n128k16_bf16_rs(aw, tl[J], dk + 512 * J, J > 0);
-      wgmma_m64n128k16_bf16_rs(aw, th[J], dk + 512 * J + 256, true);
-      wgmma_m64n128k16_bf16_rs(aw, th[J], dk + 512 * J, true);
-    }
-    wgmma_commit_group();
-    wgmma_wait_group<0>();
-    wgmma_fence_operands(aw);
-    // W (f16 pairs): rows 16 w + g (+ 8), keys 8 j + 2 t of n8 tile j.
-    unsigned char* wb = img + 2 * warp * 128 + g * 16 + 4 * t;
-#pragma unroll
-    for (int j = 0; j < 16; ++j)
-#pragma unroll
-      for (int e = 0; e < 2; ++e)
-        *reinterpret_cast<uint32_t*>(wb + (j / 2) * 4096 + (j % 2) * 2048 + e * 128) =
-            pack_f16x2(aw[4 * j + 2 * e], aw[4 * j + 2 * e + 1]);
-  } else {
-    const int u = warp - 4;
-    float au[4][4][4] = {};  // [I][n8 tile][4]
-    const uint16_t* vb = vs + 2 * t * kLdV + 32 * u + g;
-#pragma unroll
-    for (int J = 0; J < 4; ++J) {
-      uint32_t bv[4][2];
-#pragma unroll
-      for (int n = 0; n < 4; ++n) {
-        const uint16_t* vr = vb + 16 * J * kLdV + 8 * n;
-        bv[n][0] = uint32_t(vr[0]) | uint32_t(vr[kLdV]) << 16;
-        bv[n][1] = uint32_t(vr[8 * kLdV]) | uint32_t(vr[9 * kLdV]) << 16;
-      }
-#pragma unroll
-      for (int I = J; I < 4; ++I) {
-        uint32_t th[4], tl[4];
-        tb_frag(I, J, th, tl);
-#pragma unroll
-        for (int n = 0; n < 4; ++n) {
-          mma_m16n8k16_bf16(au[I][n], tl, bv[n][0], bv[n][1]);
-          mma_m16n8k16_bf16(au[I][n], th, bv[n][0], bv[n][1]);
+          for (int n = 0; n < 2; ++n) mma3(y[n], ah, al, nm + (8 * n + g) * 16);
         }
+        uint32_t ah[4], al[4];  // Y^T's accumulators as A fragments
+        split_bf16x2(y[0][0], y[0][1], ah[0], al[0]);
+        split_bf16x2(y[0][2], y[0][3], ah[1], al[1]);
+        split_bf16x2(y[1][0], y[1][1], ah[2], al[2]);
+        split_bf16x2(y[1][2], y[1][3], ah[3], al[3]);
+        const float* xi = &sm.nb[nb_index(I, I)][0][0];  // B = X_II^T
+        float* dst = xoff + off_index(I, J) * 256;
+#pragma unroll
+        for (int n = 0; n < 2; ++n) {
+          float z[4] = {};
+          mma3(z, ah, al, xi + (8 * n + g) * 16);
+          // z: (j g, i 8 n + 2 t), (g, + 1), (g + 8, 8 n + 2 t), (g + 8, + 1) of X_IJ^T
+          const int i0 = 8 * n + 2 * t;
+          dst[i0 * 16 + g] = -z[0], dst[(i0 + 1) * 16 + g] = -z[1];
+          dst[i0 * 16 + g + 8] = -z[2], dst[(i0 + 1) * 16 + g + 8] = -z[3];
+        }
+      };
+      if (warp < 3) target(warp + 1, warp);
+      __syncthreads();
+      if (warp < 2) target(warp + 2, warp);
+      __syncthreads();
+      if (warp == 0) target(3, 0);
+    }
+    cp_async_wait_group<0>();
+    __syncthreads();
+    if (a.probe && tid == 0) a.probe[item * 8 + 5] = clock64();
+    // 6. Tb = X diag(beta) in split bf16 into k^ F's space (hi, then lo 8 KiB on), K-major: row r,
+    // columns s .. s + 7 at (s / 8) 1024 + (r / 8) 128 + (r % 8) 16, zeros above the diagonal
+    // blocks. It is A of W = Tb kw and, read as Tb^T, B of U^T = v^T Tb^T.
+    unsigned char* tb = reinterpret_cast<unsigned char*>(sm.kf);
+#pragma unroll
+    for (int it = tid; it < 512; it += kThreads) {  // (row, 8 columns): 8 lanes per 128 bytes
+      const int r = it % 8 + 8 * ((it / 8) % 8), s8 = it / 64, I = r / 16, J = s8 / 2;
+      uint4 hi = make_uint4(0u, 0u, 0u, 0u), lo = hi;
+      if (J <= I) {
+        const float* x = (I == J ? &sm.nb[nb_index(I, I)][0][0] : xoff + off_index(I, J) * 256) +
+                         (r % 16) * 16 + (s8 % 2) * 8;
+        const float4 x0 = *reinterpret_cast<const float4*>(x);
+        const float4 x1 = *reinterpret_cast<const float4*>(x + 4);
+        const float4 b0 = *reinterpret_cast<const float4*>(&sm.beta[8 * s8]);
+        const float4 b1 = *reinterpret_cast<const float4*>(&sm.beta[8 * s8 + 4]);
+        split_bf16x2(x0.x * b0.x, x0.y * b0.y, hi.x, lo.x);
+        split_bf16x2(x0.z * b0.z, x0.w * b0.w, hi.y, lo.y);
+        split_bf16x2(x1.x * b1.x, x1.y * b1.y, hi.z, lo.z);
+        split_bf16x2(x1.z * b1.z, x1.w * b1.w, hi.w, lo.w);
+      }
+      const int off = s8 * 1024 + (r / 8) * 128 + (r % 8) * 16;
+      *reinterpret_cast<uint4*>(tb + off) = hi;
+      *reinterpret_cast<uint4*>(tb + 8192 + off) = lo;
+    }
+    fence_proxy_async_shared();  // Tb is read by wgmma
+    __syncthreads();
+    // W = Tb kw on wgmma by warpgroup 0 (4 token steps x 3 m64n128k16, both operands in shared
+    // memory), U^T = v^T Tb^T by warpgroup 1 (per value half 4 token steps x 2 m64n64k16, v^T by
+    // ldmatrix.trans): its accumulators are the consumer's P^T fragments, stored as they are.
+    const SmemDesc dt = smem_desc_noswizzle(tb, 1024, 128);  // + 2 KiB per token step, lo + 8 KiB
+    if (warp < 4) {
+      float aw[64];
+      const SmemDesc dk =
+          smem_desc_noswizzle(kwb, 2048, 128);  // + 8 KiB per token step, lo + 4 KiB
+      wgmma_fence();
+#pragma unroll
+      for (int J = 0; J < 4; ++J) {
+        wgmma_m64n128k16_bf16_ss(aw, dt + 512 + 128 * J, dk + 512 * J, J > 0);
+        wgmma_m64n128k16_bf16_ss(aw, dt + 128 * J, dk + 512 * J + 256, true);
+        wgmma_m64n128k16_bf16_ss(aw, dt + 128 * J, dk + 512 * J, true);
+      }
+      wgmma_commit_group();
+      wgmma_wait_group<0>();
+      wgmma_fence_operands(aw);
+      // W (f16 pairs): rows 16 w + g (+ 8), keys 8 j + 2 t of n8 tile j.
+      unsigned char* wb = img + 2 * warp * 128 + g * 16 + 4 * t;
+#pragma unroll
+      for (int j = 0; j < 16; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+          *reinterpret_cast<uint32_t*>(wb + (j / 2) * 4096 + (j % 2) * 2048 + e * 128) =
+              pack_f16x2(aw[4 * j + 2 * e], aw[4 * j + 2 * e + 1]);
+    } else {
+      const int w = warp - 4, mi = lane / 8;
+      // ldmatrix.trans rows: matrix mi = (values + 0 | + 8) x (tokens + 0 | + 8), row = token.
+      const uint16_t* vrow = vs + (8 * (mi / 2) + lane % 8) * kLdV + 16 * w + 8 * (mi % 2);
+#pragma unroll 1
+      for (int vh = 0; vh < 2; ++vh) {
+        uint32_t av[4][4];
+#pragma unroll
+        for (int J = 0; J < 4; ++J) ldmatrix_x4_trans(vrow + 16 * J * kLdV + 64 * vh, av[J]);
+        float au[32];
+        wgmma_fence();
+#pragma unroll
+        for (int J = 0; J < 4; ++J) {
+          wgmma_m64n64k16_rs<true>(au, av[J], dt + 512 + 128 * J, J > 0);
+          wgmma_m64n64k16_rs<true>(au, av[J], dt + 128 * J, true);
+        }
+        wgmma_commit_group();
+        wgmma_wait_group<0>();
+        wgmma_fence_operands(au);
+        float4* ub = reinterpret_cast<float4*>(uimg + vh * (kUBytes / 4)) + 32 * w + lane;
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+          ub[128 * j] = make_float4(au[4 * j], au[4 * j + 1], au[4 * j + 2], au[4 * j + 3]);
       }
     }
-    // U^T at u_index(token 16 I + 8 e + g, value (32 u + 8 n + 2 t) % 64 (+1)).
-    float* ub = uimg + (u / 2) * (kUBytes / 4);
-#pragma unroll
-    for (int I = 0; I < 4; ++I)
-#pragma unroll
-      for (int n = 0; n < 4; ++n)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int r = 16 * I + 8 * e + g, vv = (32 * u + 8 * n + 2 * t) % 64;
-          ub[u_index(r, vv)] = au[I][n][2 * e];
-          ub[u_index(r, vv + 1)] = au[I][n][2 * e + 1];
-        }
-  }
-  if (a.probe || a.ready) {
-    __syncthreads();
-    if (tid == 0 && a.probe) a.probe[blockIdx.x * 8 + 6] = clock64();
-    if (tid == 0 && a.ready) red_release_add(&a.ready[size_t(h) * a.chunks + c], 1u);
+    __syncthreads();  // the next item's step 2 writes over kw, v and Tb
+    {
+      if (tid == 0 && a.probe) a.probe[item * 8 + 6] = clock64();
+      if (tid == 0 && a.ready) red_release_add(&a.ready[size_t(h) * a.chunks + c], 1u);
+    }
   }
 }
 
@@ -856,10 +970,14 @@ prod::Args problem_args(const fastkda_prefill_test::Problem& p,
   return a;
 }
 
-void launch_producer(const prod::Args& a, cudaStream_t stream = nullptr) {
+// Two CTAs per SM on `sms` SMs (all when 0): the SMs a scan launched first leaves free.
+void launch_producer(const prod::Args& a, cudaStream_t stream = nullptr, int sms = 0,
+                     bool persistent = false) {
   const int smem = int(sizeof(prod::Smem));
   cudaFuncSetAttribute(prod::producer_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  prod::producer_kernel<<<a.chunks * a.H, prod::kThreads, smem, stream>>>(a);
+  if (sms == 0) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  const int grid = persistent ? std::min(a.chunks * a.H, 2 * sms) : a.chunks * a.H;
+  prod::producer_kernel<<<grid, prod::kThreads, smem, stream>>>(a);
 }
 
 // A test problem (bounded gate, bf16 g and beta, no start state) and the producer's images of it.
@@ -1079,7 +1197,7 @@ TEST(Wy64Bench, DISABLED_Producer) {
     fastkda_gpu_test::DeviceBuf ready(size_t(H) * chunks * 4);
     prod::Args ar = a;
     ar.ready = static_cast<uint32_t*>(ready.get());
-    auto beside = [&](auto launch_cons) {
+    auto beside = [&](auto launch_cons, int cons_ctas) {
       cudaEvent_t e0, e1, e2;
       cudaEventCreate(&e0), cudaEventCreate(&e1), cudaEventCreate(&e2);
       std::vector<float> ms;
@@ -1088,7 +1206,7 @@ TEST(Wy64Bench, DISABLED_Producer) {
         cudaEventRecord(e0, s1);
         launch_cons(s1);
         cudaStreamWaitEvent(s2, e0);
-        launch_producer(ar, s2);
+        launch_producer(ar, s2, sms - cons_ctas);
         cudaEventRecord(e2, s2);
         cudaStreamWaitEvent(s1, e2);
         cudaEventRecord(e1, s1);
@@ -1102,14 +1220,22 @@ TEST(Wy64Bench, DISABLED_Producer) {
       return ms[ms.size() / 2];
     };
     // Only where the consumer leaves SMs to the producer (its CTAs wait for the producer's).
-    const float b1 = 2 * H > sms - 8 ? NAN : beside([&](cudaStream_t st) {
-      launch_consumer<1, true, false>(H, chunks, img.get(), uimg.get(), out.get(), state.get(),
-                                      true, ar.ready, st);
-    });
-    const float b2 = H > sms - 8 ? NAN : beside([&](cudaStream_t st) {
-      launch_consumer<2, true, false>(H, chunks, img.get(), uimg.get(), out.get(), state.get(),
-                                      true, ar.ready, st);
-    });
+    const float b1 = 2 * H > sms - 8 ? NAN
+                                     : beside(
+                                           [&](cudaStream_t st) {
+                                             launch_consumer<1, true, false>(
+                                                 H, chunks, img.get(), uimg.get(), out.get(),
+                                                 state.get(), true, ar.ready, st);
+                                           },
+                                           2 * H);
+    const float b2 = H > sms - 8 ? NAN
+                                 : beside(
+                                       [&](cudaStream_t st) {
+                                         launch_consumer<2, true, false>(
+                                             H, chunks, img.get(), uimg.get(), out.get(),
+                                             state.get(), true, ar.ready, st);
+                                       },
+                                       H);
     ASSERT_EQ(cudaGetLastError(), cudaSuccess);
     if (H == 32 && T == 16384) {  // mean cycles per step over the CTAs
       fastkda_gpu_test::DeviceBuf pr(size_t(chunks) * H * 8 * 8);
@@ -1122,10 +1248,25 @@ TEST(Wy64Bench, DISABLED_Producer) {
       for (size_t b = 0; b < c.size() / 8; ++b)
         for (int i = 1; i < 7; ++i) sum[i] += double(c[b * 8 + i] - c[b * 8 + i - 1]);
       std::printf(
-          "cycles per CTA: loads, norms, gate %.0f, F/H, qs, ke %.0f, A'/A_qk %.0f, diag inv %.0f, "
-          "solve + v %.0f, W/U %.0f\n",
+          "cycles per CTA: loads, norms, gate %.0f, F/H, qs, ke %.0f, A'/A_qk, inverses %.0f, kw "
+          "%.0f, "
+          "solve + v %.0f, Tb, W / U %.0f\n",
           sum[1] / (c.size() / 8), sum[2] / (c.size() / 8), sum[3] / (c.size() / 8),
           sum[4] / (c.size() / 8), sum[5] / (c.size() / 8), sum[6] / (c.size() / 8));
+    }
+    if (H == 32 && T == 16384) {  // variants: one item per CTA / persistent (+ L2 prefetch)
+      for (int v = 0; v < 3; ++v) {
+        prod::Args av = a;
+        av.prefetch = v == 2;
+        const float ms =
+            fastkda_gpu_test::median_event_ms([&] { launch_producer(av, nullptr, 0, v >= 1); }, 9);
+        std::printf("variant %s: %.4f ms\n",
+                    v == 0 ? "item per CTA" : (v == 1 ? "persistent" : "persistent, prefetch"), ms);
+      }
+      prod::Args av = a;
+      av.hot_mode = 1;
+      std::printf("variant item per CTA, inputs hot in L2: %.4f ms\n",
+                  fastkda_gpu_test::median_event_ms([&] { launch_producer(av); }, 9));
     }
     char name[32];
     std::snprintf(name, sizeof name, "H%d T%d", H, T);
