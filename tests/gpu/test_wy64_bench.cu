@@ -426,12 +426,14 @@ __global__ void __launch_bounds__(kThreads, 2) producer_kernel(const __grid_cons
   extern __shared__ __align__(128) unsigned char smem_raw[];
   Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid & 31, g = lane / 4, t = lane & 3;
+  __builtin_assume(tid >= 0 && tid < kThreads);  // no sign fix-ups in the index arithmetic
   // Items (chunk, head) b, b + grid, ...: one per CTA, or persistent CTAs (a grid of what the SMs
   // hold at once: the scan's CTAs wait for items). Persistent: 1 % slower at H32 T16384, and 8 %
   // with the next item's rows prefetched into L2 at the start of each (session 39).
   const int items = a.chunks * a.H;
 #pragma unroll 1
   for (int item = int(blockIdx.x); item < items; item += int(gridDim.x)) {
+    __builtin_assume(item >= 0 && a.H > 0);
     const int c = item / a.H, h = item % a.H;  // chunk-major order
     // Timing probes: every item reads item 0's inputs (hot_mode & 1) / writes item 0's image (& 2).
     const bool hot_in = a.hot_mode & 1, hot_out = a.hot_mode & 2;
