@@ -367,7 +367,7 @@ struct Args {
   long long* probe;  // optional: clock64 per CTA at each step's end (8 per CTA)
   uint32_t* ready;   // optional: [H][chunks] flags set once the chunk's image is complete
   int hot_mode;      // timing probes (below)
-  int prefetch;      // persistent CTAs: the next item's q, k, g, v rows into L2 before step 3
+  int stage;         // persistent CTAs: the next item's q, k, g rows staged in shared memory
 };
 
 __device__ __forceinline__ float bf(uint16_t h) { return __uint_as_float(uint32_t(h) << 16); }
@@ -422,14 +422,45 @@ __host__ __device__ __forceinline__ uint32_t u_index(int tok,
   return uint32_t((i * 128 + 32 * w + 4 * g + t) * 4 + hi * 2 + tok % 2);
 }
 
+// The next item's raw q, k, g rows (tensor 0, 1, 2; 64 rows of 256 B each) staged in shared memory
+// while this item's W / U run, where nothing is read any more: k in kh's first 14 KiB (v starts
+// after it; rows 56-63 in nb's first 2 KiB), g in k^ F's upper half (Tb holds the lower), q in
+// qf's first 16 KiB once W has read kw.
+__device__ __forceinline__ unsigned char* staged_row(Smem& sm, int tensor, int r) {
+  unsigned char* kf = reinterpret_cast<unsigned char*>(sm.kf);
+  unsigned char* kh = reinterpret_cast<unsigned char*>(sm.kh);
+  unsigned char* nb = reinterpret_cast<unsigned char*>(sm.nb);
+  unsigned char* qf = reinterpret_cast<unsigned char*>(sm.qf);
+  return tensor == 0   ? qf + 256 * r
+         : tensor == 1 ? (r < 56 ? kh + 256 * r : nb + 256 * (r - 56))
+                       : kf + 16384 + 256 * r;
+}
+// Tensors t0 .. t0 + nt - 1 of item `next` by 16-byte cp.async, over the threads of tid's warpgroup
+// (nt = 1: 128 threads) or all (nt = 2: 256); one commit group.
+__device__ __forceinline__ void stage_rows(const Args& a, Smem& sm, int next, int tid, int t0,
+                                           int nt) {
+  const int nc = next / a.H, nh = next % a.H, n = nt == 1 ? tid % 128 : tid;
+#pragma unroll
+  for (int it = n; it < 1024 * nt; it += 128 * nt) {
+    const int tensor = t0 + it / 1024, r = (it / 16) % 64, ch = it % 16;
+    const uint16_t* base = tensor == 0 ? a.q : (tensor == 1 ? a.k : a.g);
+    const int64_t stride = tensor == 0 ? a.q_stride : (tensor == 1 ? a.k_stride : a.g_stride);
+    cp_async_cg_16(staged_row(sm, tensor, r) + 16 * ch,
+                   base + (int64_t(nc) * kR + r) * stride + nh * kCols + 8 * ch, 16);
+  }
+  cp_async_commit_group();
+}
+
 __global__ void __launch_bounds__(kThreads, 2) producer_kernel(const __grid_constant__ Args a) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid & 31, g = lane / 4, t = lane & 3;
   __builtin_assume(tid >= 0 && tid < kThreads);  // no sign fix-ups in the index arithmetic
-  // Items (chunk, head) b, b + grid, ...: one per CTA, or persistent CTAs (a grid of what the SMs
-  // hold at once: the scan's CTAs wait for items). Persistent: 1 % slower at H32 T16384, and 8 %
-  // with the next item's rows prefetched into L2 at the start of each (session 39).
+  // Items (chunk, head) b, b + grid, ...: persistent CTAs (a grid of what the SMs hold at once: the
+  // scan's CTAs wait for items), each staging its next item's q, k, g rows in shared memory during
+  // W / U (Args::stage), or one item per CTA. Session 39, H32 T16384: one item per CTA 0.581 ms,
+  // persistent 0.599 (0.593 with the next item's rows prefetched into L2 before step 3 instead),
+  // staged 0.553.
   const int items = a.chunks * a.H;
 #pragma unroll 1
   for (int item = int(blockIdx.x); item < items; item += int(gridDim.x)) {
@@ -448,10 +479,19 @@ __global__ void __launch_bounds__(kThreads, 2) producer_kernel(const __grid_cons
 
     if (a.probe && tid == 0) a.probe[item * 8] = clock64();
     // 1. Thread (column pair cp, row block qb) loads its 16 rows of q, k, g (columns 2 cp,
-    // 2 cp + 1): every global load of the step at once.
+    // 2 cp + 1): every global load of the step at once, or from shared memory where the previous
+    // item staged them (stage_next).
     const int cp = tid % 64, qb = tid / 64;
     uint32_t k2s[16], q2s[16], g2s[16];
-    {
+    if (a.stage && item != int(blockIdx.x)) {
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        const int r = 16 * qb + i;
+        k2s[i] = *reinterpret_cast<const uint32_t*>(staged_row(sm, 1, r) + 4 * cp);
+        q2s[i] = *reinterpret_cast<const uint32_t*>(staged_row(sm, 0, r) + 4 * cp);
+        g2s[i] = *reinterpret_cast<const uint32_t*>(staged_row(sm, 2, r) + 4 * cp);
+      }
+    } else {
       const uint32_t* kp =
           reinterpret_cast<const uint32_t*>(row_ptr(a.k, a.k_stride, 16 * qb) + 2 * cp);
       const uint32_t* qp =
@@ -587,16 +627,6 @@ __global__ void __launch_bounds__(kThreads, 2) producer_kernel(const __grid_cons
     }
     __syncthreads();
     if (a.probe && tid == 0) a.probe[item * 8 + 2] = clock64();
-    if (a.prefetch && item + int(gridDim.x) < items) {
-      const int nx = item + int(gridDim.x), nc = nx / a.H, nh = nx % a.H, r = tid % kR;
-      const int64_t tok = int64_t(nc) * kR + r;
-      const uint16_t* src = tid < 64    ? a.q + tok * a.q_stride
-                            : tid < 128 ? a.k + tok * a.k_stride
-                            : tid < 192 ? a.g + tok * a.g_stride
-                                        : a.v + tok * a.v_stride;
-      prefetch_l2(src + nh * kCols);
-      prefetch_l2(src + nh * kCols + 64);
-    }
     // 3. A' and A_qk by (row block I, column block J <= I) pairs, both n8 tiles at once (one A
     // fragment for both); operands as raw f32 bits (tf32 truncation), the column operand k^ H
     // (scaled by kComp) times the pair's column factor from cf (none for (I, I - 1)).
@@ -791,6 +821,9 @@ __global__ void __launch_bounds__(kThreads, 2) producer_kernel(const __grid_cons
     }
     fence_proxy_async_shared();  // Tb is read by wgmma
     __syncthreads();
+    const int next = item + int(gridDim.x);
+    const bool stage_next = a.stage && next < items;
+    if (stage_next) stage_rows(a, sm, next, tid, 1, 2);  // k, g: every thread
     // W = Tb kw on wgmma by warpgroup 0 (4 token steps x 3 m64n128k16, both operands in shared
     // memory), U^T = v^T Tb^T by warpgroup 1 (per value half 4 token steps x 2 m64n64k16, v^T by
     // ldmatrix.trans): its accumulators are the consumer's P^T fragments, stored as they are.
@@ -809,6 +842,7 @@ __global__ void __launch_bounds__(kThreads, 2) producer_kernel(const __grid_cons
       wgmma_commit_group();
       wgmma_wait_group<0>();
       wgmma_fence_operands(aw);
+      if (stage_next) stage_rows(a, sm, next, tid, 0, 1);  // q over kw, now read
       // W (f16 pairs): rows 16 w + g (+ 8), keys 8 j + 2 t of n8 tile j.
       unsigned char* wb = img + 2 * warp * 128 + g * 16 + 4 * t;
 #pragma unroll
@@ -842,7 +876,8 @@ __global__ void __launch_bounds__(kThreads, 2) producer_kernel(const __grid_cons
           ub[128 * j] = make_float4(au[4 * j], au[4 * j + 1], au[4 * j + 2], au[4 * j + 3]);
       }
     }
-    __syncthreads();  // the next item's step 2 writes over kw, v and Tb
+    if (stage_next) cp_async_wait_group<0>();
+    __syncthreads();  // the next item's step 2 writes over kw, v and Tb; its rows have landed
     {
       if (tid == 0 && a.probe) a.probe[item * 8 + 6] = clock64();
       if (tid == 0 && a.ready) red_release_add(&a.ready[size_t(h) * a.chunks + c], 1u);
@@ -957,6 +992,7 @@ prod::Args producer_args(const void* q, const void* k, const void* v, const void
   a.H = H, a.chunks = T / kChunk;
   a.q_stride = a.k_stride = a.v_stride = a.g_stride = int64_t(H) * 128, a.beta_stride = H;
   a.img = static_cast<unsigned char*>(img), a.uimg = static_cast<unsigned char*>(uimg);
+  a.stage = 1;
   return a;
 }
 
@@ -974,7 +1010,7 @@ prod::Args problem_args(const fastkda_prefill_test::Problem& p,
 
 // Two CTAs per SM on `sms` SMs (all when 0): the SMs a scan launched first leaves free.
 void launch_producer(const prod::Args& a, cudaStream_t stream = nullptr, int sms = 0,
-                     bool persistent = false) {
+                     bool persistent = true) {
   const int smem = int(sizeof(prod::Smem));
   cudaFuncSetAttribute(prod::producer_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (sms == 0) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
@@ -988,13 +1024,16 @@ struct Produced {
   fastkda_prefill_test::DeviceInputs d;
   int chunks;
   fastkda_gpu_test::DeviceBuf img, uimg;
-  Produced(int T, int H)
+  // staged: persistent CTAs on 2 SMs (four CTAs, several items each), the next item's rows staged.
+  Produced(int T, int H, bool staged = false)
       : p(problem_case(T, H)),
         d(p),
         chunks(T / kChunk),
         img(size_t(H) * chunks * kImgBytes),
         uimg(size_t(H) * chunks * 2 * kUBytes) {
-    launch_producer(problem_args(p, d, img.get(), uimg.get()));
+    prod::Args a = problem_args(p, d, img.get(), uimg.get());
+    a.stage = staged;
+    launch_producer(a, nullptr, staged ? 2 : 0, staged);
   }
   static fastkda_prefill_test::Case problem_case(int T, int H) {
     fastkda_prefill_test::Case cs;
@@ -1010,20 +1049,22 @@ struct Produced {
 TEST(Wy64Bench, DISABLED_ProducerConsumerMatchOracle) {
   using namespace fastkda_prefill_test;
   FASTKDA_REQUIRE_GPU();
-  Produced w(1024, 4);
-  const Problem& p = w.p;
-  fastkda_gpu_test::DeviceBuf out(p.out_elems() * 2), state(size_t(p.c.H) * 2 * 128 * 64 * 4);
-  launch_consumer<1, true, false>(p.c.H, w.chunks, w.img.get(), w.uimg.get(), out.get(),
-                                  state.get(), true);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  HostBuf got(DType::kBF16, p.out_elems());
-  cudaMemcpy(got.data(), out.get(), got.bytes(), cudaMemcpyDeviceToHost);
-  const Result ref = run_oracle(p);
-  const Err e = compare(got, ref.out);
-  std::printf("producer -> consumer vs oracle (T %d, H %d): out %s\n", int(p.c.T), p.c.H,
-              ::testing::PrintToString(e.rms_rel).c_str());
-  EXPECT_EQ(e.nonfinite, 0u) << p.describe();
-  EXPECT_LT(e.rms_rel, 2.0e-3) << e << " " << p.describe();
+  for (const bool staged : {false, true}) {  // one item per CTA; persistent, rows staged
+    Produced w(1024, 4, staged);
+    const Problem& p = w.p;
+    fastkda_gpu_test::DeviceBuf out(p.out_elems() * 2), state(size_t(p.c.H) * 2 * 128 * 64 * 4);
+    launch_consumer<1, true, false>(p.c.H, w.chunks, w.img.get(), w.uimg.get(), out.get(),
+                                    state.get(), true);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    HostBuf got(DType::kBF16, p.out_elems());
+    cudaMemcpy(got.data(), out.get(), got.bytes(), cudaMemcpyDeviceToHost);
+    const Result ref = run_oracle(p);
+    const Err e = compare(got, ref.out);
+    std::printf("producer (staged %d) -> consumer vs oracle (T %d, H %d): out %s\n", int(staged),
+                int(p.c.T), p.c.H, ::testing::PrintToString(e.rms_rel).c_str());
+    EXPECT_EQ(e.nonfinite, 0u) << p.describe();
+    EXPECT_LT(e.rms_rel, 2.0e-3) << e << " " << p.describe();
+  }
 }
 
 float half_to_float(uint16_t hb) {
@@ -1042,112 +1083,114 @@ float half_to_float(uint16_t hb) {
 TEST(Wy64Bench, DISABLED_ProducerFields) {
   using namespace fastkda_prefill_test;
   FASTKDA_REQUIRE_GPU();
-  Produced w(256, 2);
-  const Problem& p = w.p;
-  const Case& cs = p.c;
-  const int chunks = w.chunks, H = cs.H;
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  std::vector<unsigned char> im(size_t(H) * chunks * kImgBytes),
-      um(size_t(H) * chunks * 2 * kUBytes);
-  cudaMemcpy(im.data(), w.img.get(), im.size(), cudaMemcpyDeviceToHost);
-  cudaMemcpy(um.data(), w.uimg.get(), um.size(), cudaMemcpyDeviceToHost);
-  const double scale = 1.0 / std::sqrt(128.0), l2e = 1.4426950408889634;
-  for (int h = 0; h < H; ++h)
-    for (int c = 0; c < chunks; ++c) {
-      const unsigned char* ib = im.data() + (size_t(h) * chunks + c) * kImgBytes;
-      const float* ub =
-          reinterpret_cast<const float*>(um.data() + (size_t(h) * chunks + c) * 2 * kUBytes);
-      auto at = [&](const HostBuf& x, int64_t stride, int r, int col) {
-        return double(x.get(size_t((int64_t(c) * 64 + r) * stride + h * 128 + col)));
-      };
-      std::vector<double> qn(64 * 128), kn(64 * 128), vv(64 * 128), G(64 * 128), beta(64);
-      for (int r = 0; r < 64; ++r) {
-        double sq = 0, sk = 0;
-        for (int j = 0; j < 128; ++j) {
-          sq += at(p.q, p.q_stride, r, j) * at(p.q, p.q_stride, r, j);
-          sk += at(p.k, p.k_stride, r, j) * at(p.k, p.k_stride, r, j);
-        }
-        for (int j = 0; j < 128; ++j) {
-          qn[r * 128 + j] = at(p.q, p.q_stride, r, j) / std::sqrt(sq + 1e-6);
-          kn[r * 128 + j] = at(p.k, p.k_stride, r, j) / std::sqrt(sk + 1e-6);
-          vv[r * 128 + j] = at(p.v, p.v_stride, r, j);
-          const double A = std::exp(double(p.A_log[size_t(h)]));
-          const double x = at(p.g, p.g_stride, r, j) + p.dt_bias[size_t(h * 128 + j)];
-          const double a2 = cs.lower_bound * l2e / (1 + std::exp(-A * x));
-          G[r * 128 + j] = (r ? G[(r - 1) * 128 + j] : 0.0) + a2;
-        }
-        beta[r] =
-            1 /
-            (1 + std::exp(-double(p.beta.get(size_t((int64_t(c) * 64 + r) * p.beta_stride + h)))));
-      }
-      std::vector<double> N(64 * 64, 0), Aqk(64 * 64, 0);
-      for (int r = 0; r < 64; ++r)
-        for (int s2 = 0; s2 <= r; ++s2) {
-          double ap = 0, aq = 0;
+  for (const bool staged : {false, true}) {  // one item per CTA; persistent, rows staged
+    Produced w(256, 2, staged);
+    const Problem& p = w.p;
+    const Case& cs = p.c;
+    const int chunks = w.chunks, H = cs.H;
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<unsigned char> im(size_t(H) * chunks * kImgBytes),
+        um(size_t(H) * chunks * 2 * kUBytes);
+    cudaMemcpy(im.data(), w.img.get(), im.size(), cudaMemcpyDeviceToHost);
+    cudaMemcpy(um.data(), w.uimg.get(), um.size(), cudaMemcpyDeviceToHost);
+    const double scale = 1.0 / std::sqrt(128.0), l2e = 1.4426950408889634;
+    for (int h = 0; h < H; ++h)
+      for (int c = 0; c < chunks; ++c) {
+        const unsigned char* ib = im.data() + (size_t(h) * chunks + c) * kImgBytes;
+        const float* ub =
+            reinterpret_cast<const float*>(um.data() + (size_t(h) * chunks + c) * 2 * kUBytes);
+        auto at = [&](const HostBuf& x, int64_t stride, int r, int col) {
+          return double(x.get(size_t((int64_t(c) * 64 + r) * stride + h * 128 + col)));
+        };
+        std::vector<double> qn(64 * 128), kn(64 * 128), vv(64 * 128), G(64 * 128), beta(64);
+        for (int r = 0; r < 64; ++r) {
+          double sq = 0, sk = 0;
           for (int j = 0; j < 128; ++j) {
-            const double f = std::exp2(G[r * 128 + j] - G[s2 * 128 + j]);
-            ap += kn[r * 128 + j] * kn[s2 * 128 + j] * f;
-            aq += qn[r * 128 + j] * kn[s2 * 128 + j] * f;
+            sq += at(p.q, p.q_stride, r, j) * at(p.q, p.q_stride, r, j);
+            sk += at(p.k, p.k_stride, r, j) * at(p.k, p.k_stride, r, j);
           }
-          if (s2 < r) N[r * 64 + s2] = beta[r] * ap;
-          Aqk[r * 64 + s2] = scale * aq;
+          for (int j = 0; j < 128; ++j) {
+            qn[r * 128 + j] = at(p.q, p.q_stride, r, j) / std::sqrt(sq + 1e-6);
+            kn[r * 128 + j] = at(p.k, p.k_stride, r, j) / std::sqrt(sk + 1e-6);
+            vv[r * 128 + j] = at(p.v, p.v_stride, r, j);
+            const double A = std::exp(double(p.A_log[size_t(h)]));
+            const double x = at(p.g, p.g_stride, r, j) + p.dt_bias[size_t(h * 128 + j)];
+            const double a2 = cs.lower_bound * l2e / (1 + std::exp(-A * x));
+            G[r * 128 + j] = (r ? G[(r - 1) * 128 + j] : 0.0) + a2;
+          }
+          beta[r] = 1 / (1 + std::exp(-double(
+                                 p.beta.get(size_t((int64_t(c) * 64 + r) * p.beta_stride + h)))));
         }
-      std::vector<double> X(64 * 64, 0);  // (I + N)^-1, column by column
-      for (int j = 0; j < 64; ++j)
-        for (int i = 0; i < 64; ++i) {
-          double acc = i == j;
-          for (int s2 = 0; s2 < i; ++s2) acc -= N[i * 64 + s2] * X[s2 * 64 + j];
-          X[i * 64 + j] = acc;
-        }
-      double ew = 0, nw = 0, eu = 0, nu = 0, eq = 0, nq = 0, ek = 0, nk = 0, ea = 0, na = 0, ed = 0,
-             nd = 0;
-      for (int r = 0; r < 64; ++r)
-        for (int j = 0; j < 128; ++j) {
-          double w = 0, u = 0;
+        std::vector<double> N(64 * 64, 0), Aqk(64 * 64, 0);
+        for (int r = 0; r < 64; ++r)
           for (int s2 = 0; s2 <= r; ++s2) {
-            const double tb = X[r * 64 + s2] * beta[s2];
-            w += tb * kn[s2 * 128 + j] * std::exp2(G[s2 * 128 + j]);
-            u += tb * vv[s2 * 128 + j];
+            double ap = 0, aq = 0;
+            for (int j = 0; j < 128; ++j) {
+              const double f = std::exp2(G[r * 128 + j] - G[s2 * 128 + j]);
+              ap += kn[r * 128 + j] * kn[s2 * 128 + j] * f;
+              aq += qn[r * 128 + j] * kn[s2 * 128 + j] * f;
+            }
+            if (s2 < r) N[r * 64 + s2] = beta[r] * ap;
+            Aqk[r * 64 + s2] = scale * aq;
           }
-          const double gw =
-              half_to_float(*reinterpret_cast<const uint16_t*>(ib + prod::w_offset(r, j)));
-          const double gq =
-              half_to_float(*reinterpret_cast<const uint16_t*>(ib + prod::w_offset(64 + r, j)));
-          const double gu = ub[(j / 64) * (kUBytes / 4) + prod::u_index(r, j % 64)];
-          const size_t ko = kKeOff + (r / 16) * 8192 + ((r % 16) / 8) * 2048 + (j / 8) * 128 +
-                            (j % 8) * 16 + (r % 8) * 2;
-          const double gk =
-              fastkda::bf16_to_float(*reinterpret_cast<const uint16_t*>(ib + ko)) +
-              fastkda::bf16_to_float(*reinterpret_cast<const uint16_t*>(ib + ko + 4096));
-          const double qs = scale * qn[r * 128 + j] * std::exp2(G[r * 128 + j]);
-          const double ke = kn[r * 128 + j] * std::exp2(G[63 * 128 + j] - G[r * 128 + j]);
-          ew += (gw - w) * (gw - w), nw += w * w;
-          eu += (gu - u) * (gu - u), nu += u * u;
-          eq += (gq - qs) * (gq - qs), nq += qs * qs;
-          ek += (gk - ke) * (gk - ke), nk += ke * ke;
+        std::vector<double> X(64 * 64, 0);  // (I + N)^-1, column by column
+        for (int j = 0; j < 64; ++j)
+          for (int i = 0; i < 64; ++i) {
+            double acc = i == j;
+            for (int s2 = 0; s2 < i; ++s2) acc -= N[i * 64 + s2] * X[s2 * 64 + j];
+            X[i * 64 + j] = acc;
+          }
+        double ew = 0, nw = 0, eu = 0, nu = 0, eq = 0, nq = 0, ek = 0, nk = 0, ea = 0, na = 0,
+               ed = 0, nd = 0;
+        for (int r = 0; r < 64; ++r)
+          for (int j = 0; j < 128; ++j) {
+            double w = 0, u = 0;
+            for (int s2 = 0; s2 <= r; ++s2) {
+              const double tb = X[r * 64 + s2] * beta[s2];
+              w += tb * kn[s2 * 128 + j] * std::exp2(G[s2 * 128 + j]);
+              u += tb * vv[s2 * 128 + j];
+            }
+            const double gw =
+                half_to_float(*reinterpret_cast<const uint16_t*>(ib + prod::w_offset(r, j)));
+            const double gq =
+                half_to_float(*reinterpret_cast<const uint16_t*>(ib + prod::w_offset(64 + r, j)));
+            const double gu = ub[(j / 64) * (kUBytes / 4) + prod::u_index(r, j % 64)];
+            const size_t ko = kKeOff + (r / 16) * 8192 + ((r % 16) / 8) * 2048 + (j / 8) * 128 +
+                              (j % 8) * 16 + (r % 8) * 2;
+            const double gk =
+                fastkda::bf16_to_float(*reinterpret_cast<const uint16_t*>(ib + ko)) +
+                fastkda::bf16_to_float(*reinterpret_cast<const uint16_t*>(ib + ko + 4096));
+            const double qs = scale * qn[r * 128 + j] * std::exp2(G[r * 128 + j]);
+            const double ke = kn[r * 128 + j] * std::exp2(G[63 * 128 + j] - G[r * 128 + j]);
+            ew += (gw - w) * (gw - w), nw += w * w;
+            eu += (gu - u) * (gu - u), nu += u * u;
+            eq += (gq - qs) * (gq - qs), nq += qs * qs;
+            ek += (gk - ke) * (gk - ke), nk += ke * ke;
+          }
+        for (int t2 = 0; t2 < 64; ++t2)
+          for (int s2 = 0; s2 < 64; ++s2) {
+            const size_t ao = kAqOff + (s2 / 16) * 2048 + ((s2 % 16) / 8) * 1024 + (t2 / 8) * 128 +
+                              (t2 % 8) * 16 + (s2 % 8) * 2;
+            const double ga = half_to_float(*reinterpret_cast<const uint16_t*>(ib + ao));
+            ea += (ga - Aqk[t2 * 64 + s2]) * (ga - Aqk[t2 * 64 + s2]),
+                na += Aqk[t2 * 64 + s2] * Aqk[t2 * 64 + s2];
+          }
+        for (int j = 0; j < 128; ++j) {
+          const double dd = std::exp2(G[63 * 128 + j]);
+          const double gd = reinterpret_cast<const float*>(ib + kDecayOff)[j];
+          ed += (gd - dd) * (gd - dd), nd += dd * dd;
         }
-      for (int t2 = 0; t2 < 64; ++t2)
-        for (int s2 = 0; s2 < 64; ++s2) {
-          const size_t ao = kAqOff + (s2 / 16) * 2048 + ((s2 % 16) / 8) * 1024 + (t2 / 8) * 128 +
-                            (t2 % 8) * 16 + (s2 % 8) * 2;
-          const double ga = half_to_float(*reinterpret_cast<const uint16_t*>(ib + ao));
-          ea += (ga - Aqk[t2 * 64 + s2]) * (ga - Aqk[t2 * 64 + s2]),
-              na += Aqk[t2 * 64 + s2] * Aqk[t2 * 64 + s2];
-        }
-      for (int j = 0; j < 128; ++j) {
-        const double dd = std::exp2(G[63 * 128 + j]);
-        const double gd = reinterpret_cast<const float*>(ib + kDecayOff)[j];
-        ed += (gd - dd) * (gd - dd), nd += dd * dd;
+        auto rel = [](double e, double n) { return std::sqrt(e / std::max(n, 1e-300)); };
+        std::printf("staged %d h %d chunk %d: W %.2e U %.2e qs %.2e ke %.2e A_qk %.2e decay %.2e\n",
+                    int(staged), h, c, rel(ew, nw), rel(eu, nu), rel(eq, nq), rel(ek, nk),
+                    rel(ea, na), rel(ed, nd));
+        EXPECT_LT(rel(eu, nu), 1e-4);
+        EXPECT_LT(rel(ew, nw), 2e-3);
+        EXPECT_LT(rel(eq, nq), 2e-3);
+        EXPECT_LT(rel(ek, nk), 1e-4);
+        EXPECT_LT(rel(ea, na), 2e-3);
       }
-      auto rel = [](double e, double n) { return std::sqrt(e / std::max(n, 1e-300)); };
-      std::printf("h %d chunk %d: W %.2e U %.2e qs %.2e ke %.2e A_qk %.2e decay %.2e\n", h, c,
-                  rel(ew, nw), rel(eu, nu), rel(eq, nq), rel(ek, nk), rel(ea, na), rel(ed, nd));
-      EXPECT_LT(rel(eu, nu), 1e-4);
-      EXPECT_LT(rel(ew, nw), 2e-3);
-      EXPECT_LT(rel(eq, nq), 2e-3);
-      EXPECT_LT(rel(ek, nk), 1e-4);
-      EXPECT_LT(rel(ea, na), 2e-3);
-    }
+  }
 }
 
 // The producer alone: ms and SM-us per chunk of 64 tokens and head (grid of chunks x H CTAs, two
@@ -1256,19 +1299,20 @@ TEST(Wy64Bench, DISABLED_Producer) {
           sum[1] / (c.size() / 8), sum[2] / (c.size() / 8), sum[3] / (c.size() / 8),
           sum[4] / (c.size() / 8), sum[5] / (c.size() / 8), sum[6] / (c.size() / 8));
     }
-    if (H == 32 && T == 16384) {  // variants: one item per CTA / persistent (+ L2 prefetch)
+    if (H == 32 && T == 16384) {  // variants: one item per CTA / persistent (+ rows staged)
       for (int v = 0; v < 3; ++v) {
         prod::Args av = a;
-        av.prefetch = v == 2;
+        av.stage = v == 2;
         const float ms =
             fastkda_gpu_test::median_event_ms([&] { launch_producer(av, nullptr, 0, v >= 1); }, 9);
         std::printf("variant %s: %.4f ms\n",
-                    v == 0 ? "item per CTA" : (v == 1 ? "persistent" : "persistent, prefetch"), ms);
+                    v == 0 ? "item per CTA" : (v == 1 ? "persistent" : "persistent, staged"), ms);
       }
       prod::Args av = a;
-      av.hot_mode = 1;
-      std::printf("variant item per CTA, inputs hot in L2: %.4f ms\n",
-                  fastkda_gpu_test::median_event_ms([&] { launch_producer(av); }, 9));
+      av.hot_mode = 1, av.stage = 0;
+      std::printf(
+          "variant item per CTA, inputs hot in L2: %.4f ms\n",
+          fastkda_gpu_test::median_event_ms([&] { launch_producer(av, nullptr, 0, false); }, 9));
     }
     char name[32];
     std::snprintf(name, sizeof name, "H%d T%d", H, T);
