@@ -435,20 +435,17 @@ __device__ __forceinline__ unsigned char* staged_row(Smem& sm, int tensor, int r
          : tensor == 1 ? (r < 56 ? kh + 256 * r : nb + 256 * (r - 56))
                        : kf + 16384 + 256 * r;
 }
-// Tensors t0 .. t0 + nt - 1 of item `next` by 16-byte cp.async, over the threads of tid's warpgroup
-// (nt = 1: 128 threads) or all (nt = 2: 256); one commit group.
-__device__ __forceinline__ void stage_rows(const Args& a, Smem& sm, int next, int tid, int t0,
-                                           int nt) {
-  const int nc = next / a.H, nh = next % a.H, n = nt == 1 ? tid % 128 : tid;
+// Rows r0, r0 + step, ... (n of them) of tensor `tensor` of item `next`, 16-byte piece ch of each,
+// by cp.async.
+__device__ __forceinline__ void stage_rows(const Args& a, Smem& sm, int next, int tensor, int r0,
+                                           int step, int n, int ch) {
+  const int nc = next / a.H, nh = next % a.H;
+  const int64_t stride = tensor == 0 ? a.q_stride : (tensor == 1 ? a.k_stride : a.g_stride);
+  const uint16_t* src = (tensor == 0 ? a.q : (tensor == 1 ? a.k : a.g)) +
+                        (int64_t(nc) * kR + r0) * stride + nh * kCols + 8 * ch;
 #pragma unroll
-  for (int it = n; it < 1024 * nt; it += 128 * nt) {
-    const int tensor = t0 + it / 1024, r = (it / 16) % 64, ch = it % 16;
-    const uint16_t* base = tensor == 0 ? a.q : (tensor == 1 ? a.k : a.g);
-    const int64_t stride = tensor == 0 ? a.q_stride : (tensor == 1 ? a.k_stride : a.g_stride);
-    cp_async_cg_16(staged_row(sm, tensor, r) + 16 * ch,
-                   base + (int64_t(nc) * kR + r) * stride + nh * kCols + 8 * ch, 16);
-  }
-  cp_async_commit_group();
+  for (int i = 0; i < n; ++i, src += step * stride)
+    cp_async_cg_16(staged_row(sm, tensor, r0 + i * step) + 16 * ch, src, 16);
 }
 
 __global__ void __launch_bounds__(kThreads, 2) producer_kernel(const __grid_constant__ Args a) {
@@ -689,11 +686,16 @@ __global__ void __launch_bounds__(kThreads, 2) producer_kernel(const __grid_cons
           __syncwarp();
           float x[16];
 #pragma unroll
-          for (int i = 0; i < 16; ++i) {
-            float acc = i == lane ? 1.0f : 0.0f;
+          for (int i = 0; i < 16; ++i) {  // two partial sums: half the dependent chain
+            float acc0 = i == lane ? 1.0f : 0.0f, acc1 = 0.0f;
 #pragma unroll
-            for (int s2 = 0; s2 < i; ++s2) acc = fmaf(-nbl[i * 16 + s2], x[s2], acc);
-            x[i] = acc;
+            for (int s2 = 0; s2 < i; ++s2) {
+              if (s2 % 2 == 0)
+                acc0 = fmaf(-nbl[i * 16 + s2], x[s2], acc0);
+              else
+                acc1 = fmaf(-nbl[i * 16 + s2], x[s2], acc1);
+            }
+            x[i] = acc0 + acc1;
           }
           __syncwarp();
           if (lane < 16)
@@ -756,20 +758,20 @@ __global__ void __launch_bounds__(kThreads, 2) producer_kernel(const __grid_cons
         mma_m16n8k16_bf16(d, ah, bl0, bl1);
         mma_m16n8k16_bf16(d, ah, bh0, bh1);
       };
-      auto target = [&](int I, int J) {
-        float y[2][4] = {};  // Y^T: rows j (X_IJ's columns), n8 tiles of i (its rows)
-        for (int M = J; M < I; ++M) {
-          const float* x = xblock(M, J);  // A = X_MJ^T: (j, k) = X_MJ[k][j]
-          uint32_t ah[4], al[4];
-          split_bf16x2(x[2 * t * 16 + g], x[(2 * t + 1) * 16 + g], ah[0], al[0]);
-          split_bf16x2(x[2 * t * 16 + g + 8], x[(2 * t + 1) * 16 + g + 8], ah[1], al[1]);
-          split_bf16x2(x[(2 * t + 8) * 16 + g], x[(2 * t + 9) * 16 + g], ah[2], al[2]);
-          split_bf16x2(x[(2 * t + 8) * 16 + g + 8], x[(2 * t + 9) * 16 + g + 8], ah[3], al[3]);
-          const float* nm = &sm.nb[nb_index(I, M)][0][0];  // B = N_IM^T: (k, i) = N_IM[i][k]
+      float y[2][4] = {};  // Y^T: rows j (X_IJ's columns), n8 tiles of i (its rows)
+      auto acc = [&](int I, int M, int J) {  // Y += N_IM X_MJ
+        const float* x = xblock(M, J);       // A = X_MJ^T: (j, k) = X_MJ[k][j]
+        uint32_t ah[4], al[4];
+        split_bf16x2(x[2 * t * 16 + g], x[(2 * t + 1) * 16 + g], ah[0], al[0]);
+        split_bf16x2(x[2 * t * 16 + g + 8], x[(2 * t + 1) * 16 + g + 8], ah[1], al[1]);
+        split_bf16x2(x[(2 * t + 8) * 16 + g], x[(2 * t + 9) * 16 + g], ah[2], al[2]);
+        split_bf16x2(x[(2 * t + 8) * 16 + g + 8], x[(2 * t + 9) * 16 + g + 8], ah[3], al[3]);
+        const float* nm = &sm.nb[nb_index(I, M)][0][0];  // B = N_IM^T: (k, i) = N_IM[i][k]
 #pragma unroll
-          for (int n = 0; n < 2; ++n) mma3(y[n], ah, al, nm + (8 * n + g) * 16);
-        }
-        uint32_t ah[4], al[4];  // Y^T's accumulators as A fragments
+        for (int n = 0; n < 2; ++n) mma3(y[n], ah, al, nm + (8 * n + g) * 16);
+      };
+      auto fin = [&](int I, int J) {  // X_IJ = -X_II Y
+        uint32_t ah[4], al[4];        // Y^T's accumulators as A fragments
         split_bf16x2(y[0][0], y[0][1], ah[0], al[0]);
         split_bf16x2(y[0][2], y[0][3], ah[1], al[1]);
         split_bf16x2(y[1][0], y[1][1], ah[2], al[2]);
@@ -786,11 +788,19 @@ __global__ void __launch_bounds__(kThreads, 2) producer_kernel(const __grid_cons
           dst[i0 * 16 + g + 8] = -z[2], dst[(i0 + 1) * 16 + g + 8] = -z[3];
         }
       };
-      if (warp < 3) target(warp + 1, warp);
+      // Each product of Y as early as its X_MJ exists (warps 3-5 keep their Y across the waves):
+      // wave 1 X_10, X_21, X_32 and the terms N_20 X_00, N_31 X_11, N_30 X_00; wave 2 X_20, X_31
+      // and N_31 X_10; wave 3 X_30. At most two products per warp and wave.
+      if (warp < 3) acc(warp + 1, warp, warp), fin(warp + 1, warp);
+      if (warp == 3) acc(2, 0, 0);
+      if (warp == 4) acc(3, 1, 1);
+      if (warp == 5) acc(3, 0, 0);
       __syncthreads();
-      if (warp < 2) target(warp + 2, warp);
+      if (warp == 3) acc(2, 1, 0), fin(2, 0);
+      if (warp == 4) acc(3, 2, 1), fin(3, 1);
+      if (warp == 5) acc(3, 1, 0);
       __syncthreads();
-      if (warp == 0) target(3, 0);
+      if (warp == 5) acc(3, 2, 0), fin(3, 0);
     }
     cp_async_wait_group<0>();
     __syncthreads();
@@ -823,7 +833,11 @@ __global__ void __launch_bounds__(kThreads, 2) producer_kernel(const __grid_cons
     __syncthreads();
     const int next = item + int(gridDim.x);
     const bool stage_next = a.stage && next < items;
-    if (stage_next) stage_rows(a, sm, next, tid, 1, 2);  // k, g: every thread
+    if (stage_next) {  // k, g: rows tid / 16 + 16 i of both by every thread
+      stage_rows(a, sm, next, 1, tid / 16, 16, 4, tid % 16);
+      stage_rows(a, sm, next, 2, tid / 16, 16, 4, tid % 16);
+      cp_async_commit_group();
+    }
     // W = Tb kw on wgmma by warpgroup 0 (4 token steps x 3 m64n128k16, both operands in shared
     // memory), U^T = v^T Tb^T by warpgroup 1 (per value half 4 token steps x 2 m64n64k16, v^T by
     // ldmatrix.trans): its accumulators are the consumer's P^T fragments, stored as they are.
@@ -842,7 +856,10 @@ __global__ void __launch_bounds__(kThreads, 2) producer_kernel(const __grid_cons
       wgmma_commit_group();
       wgmma_wait_group<0>();
       wgmma_fence_operands(aw);
-      if (stage_next) stage_rows(a, sm, next, tid, 0, 1);  // q over kw, now read
+      if (stage_next) {  // q over kw, now read: rows tid / 16 + 8 i
+        stage_rows(a, sm, next, 0, tid / 16, 8, 8, tid % 16);
+        cp_async_commit_group();
+      }
       // W (f16 pairs): rows 16 w + g (+ 8), keys 8 j + 2 t of n8 tile j.
       unsigned char* wb = img + 2 * warp * 128 + g * 16 + 4 * t;
 #pragma unroll
