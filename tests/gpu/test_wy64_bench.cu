@@ -53,27 +53,23 @@ using namespace fastkda::device;
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
 // D(64 x 64) (+)= A(64 x 16, registers) * B(16 x 64, smem K-major); f16 or bf16 operands.
+#define FASTKDA_WGMMA_M64N64K16_RS(TYPES)                                                      \
+  asm volatile(                                                                                \
+      "{\n.reg .pred p;\n.reg .b64 desc;\nsetp.ne.b32 p, %38, 0;\nmov.b64 desc, {%36, %37};\n" \
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32" TYPES " " FASTKDA_D32_REGS                  \
+      "{%32, %33, %34, %35}, desc, p, 1, 1, 0;\n}\n"                                           \
+      : FASTKDA_D32_OPERANDS                                                                   \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(desc_b.lo), "r"(desc_b.hi),            \
+        "r"(int(accumulate)))
 template <bool kBf16>
 __device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[32], const uint32_t (&a)[4],
                                                    SmemDesc desc_b, bool accumulate) {
-  if constexpr (kBf16) {
-    asm volatile(
-        "{\n.reg .pred p;\n.reg .b64 desc;\nsetp.ne.b32 p, %38, 0;\nmov.b64 desc, {%36, %37};\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " FASTKDA_D32_REGS
-        "{%32, %33, %34, %35}, desc, p, 1, 1, 0;\n}\n"
-        : FASTKDA_D32_OPERANDS
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(desc_b.lo), "r"(desc_b.hi),
-          "r"(int(accumulate)));
-  } else {
-    asm volatile(
-        "{\n.reg .pred p;\n.reg .b64 desc;\nsetp.ne.b32 p, %38, 0;\nmov.b64 desc, {%36, %37};\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " FASTKDA_D32_REGS
-        "{%32, %33, %34, %35}, desc, p, 1, 1, 0;\n}\n"
-        : FASTKDA_D32_OPERANDS
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(desc_b.lo), "r"(desc_b.hi),
-          "r"(int(accumulate)));
-  }
+  if constexpr (kBf16)
+    FASTKDA_WGMMA_M64N64K16_RS(".bf16.bf16");
+  else
+    FASTKDA_WGMMA_M64N64K16_RS(".f16.f16");
 }
+#undef FASTKDA_WGMMA_M64N64K16_RS
 #undef FASTKDA_D32_OPERANDS
 #undef FASTKDA_D32_REGS
 __device__ __forceinline__ void wgmma_m64n64k16_f16_rs(float (&d)[32], const uint32_t (&a)[4],
@@ -1294,19 +1290,23 @@ TEST(Wy64Bench, DISABLED_Producer) {
     fastkda_gpu_test::DeviceBuf ready(size_t(H) * chunks * 4);
     prod::Args ar = a;
     ar.ready = static_cast<uint32_t*>(ready.get());
-    auto beside = [&](auto launch_cons, int cons_ctas) {
+    fastkda_gpu_test::DeviceBuf counter(4);
+    // Median of 7: the flags (and the counter) reset and `first` launched on stream a, `second`
+    // on stream b right behind it; the time until both are done.
+    auto at_once = [&](cudaStream_t sa, cudaStream_t sb, auto first, auto second) {
       cudaEvent_t e0, e1, e2;
       cudaEventCreate(&e0), cudaEventCreate(&e1), cudaEventCreate(&e2);
       std::vector<float> ms;
       for (int r = 0; r < 7; ++r) {
-        cudaMemsetAsync(ready.get(), 0, size_t(H) * chunks * 4, s1);
-        cudaEventRecord(e0, s1);
-        launch_cons(s1);
-        cudaStreamWaitEvent(s2, e0);
-        launch_producer(ar, s2, sms - cons_ctas);
-        cudaEventRecord(e2, s2);
-        cudaStreamWaitEvent(s1, e2);
-        cudaEventRecord(e1, s1);
+        cudaMemsetAsync(ready.get(), 0, size_t(H) * chunks * 4, sa);
+        cudaMemsetAsync(counter.get(), 0, 4, sa);
+        cudaEventRecord(e0, sa);
+        first(sa);
+        cudaStreamWaitEvent(sb, e0);
+        second(sb);
+        cudaEventRecord(e2, sb);
+        cudaStreamWaitEvent(sa, e2);
+        cudaEventRecord(e1, sa);
         cudaEventSynchronize(e1);
         float t = 0.0f;
         cudaEventElapsedTime(&t, e0, e1);
@@ -1315,6 +1315,10 @@ TEST(Wy64Bench, DISABLED_Producer) {
       cudaEventDestroy(e0), cudaEventDestroy(e1), cudaEventDestroy(e2);
       std::sort(ms.begin(), ms.end());
       return ms[ms.size() / 2];
+    };
+    auto beside = [&](auto launch_cons, int cons_ctas) {  // the scan first, on cons_ctas SMs
+      return at_once(s1, s2, launch_cons,
+                     [&](cudaStream_t st) { launch_producer(ar, st, sms - cons_ctas); });
     };
     // Only where the consumer leaves SMs to the producer (its CTAs wait for the producer's).
     const float b1 = 2 * H > sms - 8 ? NAN
@@ -1336,34 +1340,17 @@ TEST(Wy64Bench, DISABLED_Producer) {
     // The producer first on every SM (items taken in order from a counter), the two-warpgroup
     // scan launched behind it: the producer's CTAs on SMs < H stop taking items after a fraction
     // f of them, and the scan's CTAs take those SMs with that much of a lead.
-    fastkda_gpu_test::DeviceBuf counter(4);
     auto delayed = [&](float f) {
       prod::Args ad = ar;
       ad.counter = static_cast<uint32_t*>(counter.get());
       ad.early_sms = H;
       ad.early_items = int(std::lround(f * chunks * H));
-      cudaEvent_t e0, e1, ec;
-      cudaEventCreate(&e0), cudaEventCreate(&e1), cudaEventCreate(&ec);
-      std::vector<float> ms;
-      for (int r = 0; r < 7; ++r) {
-        cudaMemsetAsync(ready.get(), 0, size_t(H) * chunks * 4, s2);
-        cudaMemsetAsync(counter.get(), 0, 4, s2);
-        cudaEventRecord(e0, s2);
-        launch_producer(ad, s2);
-        cudaStreamWaitEvent(s1, e0);
-        launch_consumer<2, true, false>(H, chunks, img.get(), uimg.get(), out.get(), state.get(),
-                                        true, ad.ready, s1);
-        cudaEventRecord(ec, s1);
-        cudaStreamWaitEvent(s2, ec);
-        cudaEventRecord(e1, s2);
-        cudaEventSynchronize(e1);
-        float t = 0.0f;
-        cudaEventElapsedTime(&t, e0, e1);
-        ms.push_back(t);
-      }
-      cudaEventDestroy(e0), cudaEventDestroy(e1), cudaEventDestroy(ec);
-      std::sort(ms.begin(), ms.end());
-      return ms[ms.size() / 2];
+      return at_once(
+          s2, s1, [&](cudaStream_t st) { launch_producer(ad, st); },
+          [&](cudaStream_t st) {
+            launch_consumer<2, true, false>(H, chunks, img.get(), uimg.get(), out.get(),
+                                            state.get(), true, ad.ready, st);
+          });
     };
     // Session 39, H32: f = 0 the fastest; a lead (f = 0.1 .. 0.35) costs 1-20 %: the images made
     // ahead have left L2 when the scan reads them.
