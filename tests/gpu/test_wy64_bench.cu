@@ -337,12 +337,12 @@ constexpr int kR = 64, kCols = 128, kThreads = 256;
 __device__ __forceinline__ int sw(int r, int c) { return r * kCols + (c ^ ((r & 7) << 2)); }
 
 struct Smem {
-  float kf[kR * kCols];  // k^ F: A' rows, kw / 2^Ga
-  float qf[kR * kCols];  // q^ F: A_qk rows; then kw (split bf16, wgmma B layout) for W
-  float kh[kR * kCols];  // k^ H: A' / A_qk columns; then X below the diagonal, the solve's Y, v
+  float kf[kR * kCols];  // k^ F: A' rows, kw / 2^Ga; then Tb and the next item's g rows
+  float qf[kR * kCols];  // q^ F: A_qk rows; then kw (split bf16, wgmma B layout); next q rows
+  float kh[kR * kCols];  // k^ H: A' / A_qk columns; then X below the diagonal, v; next k rows
   float nb[10][16][16];  // N by 16 x 16 blocks (I, J <= I) at I (I + 1) / 2 + J; then X
   // Rows 0-3: the blocks' gate totals (step 2); then the column factors of A''s pairs other than
-  // (I, I - 1) (cf_row): 2^(Ga_I - Gend_J) per key.
+  // (I, I - 1) (kPairs' third entry): 2^(Ga_I - Gend_J) per key.
   float cf[7][kCols];
   float pe[4][kCols];  // 2^Ga_I; first the row norms' partial sums (8 warps x 32)
   float rq[kR], rk[kR], beta[kR];
@@ -404,7 +404,6 @@ __device__ __forceinline__ void reduce_scatter_step(float (&v)[32], int lane) {
     v[j] = keep + __shfl_xor_sync(0xffffffffu, send, kOff);
   }
 }
-// Step 3's (row block, column block) pairs per warp, I < 0: none.
 // Step 3's (row block, column block, cf row) per warp, I < 0: none. The diagonal pairs (with their
 // inverses) one per warp, the others two or one: (2, 0) (1, 0) | (3, 1) (2, 1) | (3, 0) | (3, 2).
 // cf row: I for (I, I), 4 (2, 0), 5 (3, 1), 6 (3, 0); -1: (I, I - 1), whose factor is 1.
@@ -473,12 +472,8 @@ __global__ void __launch_bounds__(kThreads, 2) producer_kernel(const __grid_cons
     if (tid == 0) sm.next_item = take();
     __syncthreads();
   }
-  auto item_at = [&](int r, int prev) {
-    if (a.counter) return r == 0 ? sm.next_item : prev;  // prev: read from sm.next_item below
-    const int it = r * int(gridDim.x) + int(blockIdx.x);
-    return it < items ? it : -1;
-  };
-  int next = item_at(0, -1);
+  const int grid = int(gridDim.x);
+  int next = a.counter ? sm.next_item : (int(blockIdx.x) < items ? int(blockIdx.x) : -1);
 #pragma unroll 1
   for (int r = 0, item = next; item >= 0; item = next, ++r) {
     __builtin_assume(item >= 0 && a.H > 0);
@@ -852,11 +847,8 @@ __global__ void __launch_bounds__(kThreads, 2) producer_kernel(const __grid_cons
     if (a.counter && tid == 0) sm.next_item = early && item >= a.early_items ? -1 : take();
     fence_proxy_async_shared();  // Tb is read by wgmma
     __syncthreads();
-    if (a.counter) {  // sm.next_item: taken during step 6 (before its barrier) by thread 0
-      next = sm.next_item;
-    } else {
-      next = item_at(r + 1, -1);
-    }
+    // With the counter, thread 0 took it before the barrier above.
+    next = a.counter ? sm.next_item : (item + grid < items ? item + grid : -1);
     const bool stage_next = a.stage && next >= 0;
     if (stage_next) {  // k, g: rows tid / 16 + 16 i of both by every thread
       stage_rows(a, sm, next, 1, tid / 16, 16, 4, tid % 16);
