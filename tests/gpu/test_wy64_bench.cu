@@ -475,7 +475,7 @@ __global__ void __launch_bounds__(kThreads, 2) producer_kernel(const __grid_cons
   const int grid = int(gridDim.x);
   int next = a.counter ? sm.next_item : (int(blockIdx.x) < items ? int(blockIdx.x) : -1);
 #pragma unroll 1
-  for (int r = 0, item = next; item >= 0; item = next, ++r) {
+  for (int round = 0, item = next; item >= 0; item = next, ++round) {
     __builtin_assume(item >= 0 && a.H > 0);
     const int c = item / a.H, h = item % a.H;  // chunk-major order
     // Timing probes: every item reads item 0's inputs (hot_mode & 1) / writes item 0's image (& 2).
@@ -495,13 +495,13 @@ __global__ void __launch_bounds__(kThreads, 2) producer_kernel(const __grid_cons
     // item staged them (stage_next).
     const int cp = tid % 64, qb = tid / 64;
     uint32_t k2s[16], q2s[16], g2s[16];
-    if (a.stage && r > 0) {
+    if (a.stage && round > 0) {
 #pragma unroll
       for (int i = 0; i < 16; ++i) {
-        const int r = 16 * qb + i;
-        k2s[i] = *reinterpret_cast<const uint32_t*>(staged_row(sm, 1, r) + 4 * cp);
-        q2s[i] = *reinterpret_cast<const uint32_t*>(staged_row(sm, 0, r) + 4 * cp);
-        g2s[i] = *reinterpret_cast<const uint32_t*>(staged_row(sm, 2, r) + 4 * cp);
+        const int row = 16 * qb + i;
+        k2s[i] = *reinterpret_cast<const uint32_t*>(staged_row(sm, 1, row) + 4 * cp);
+        q2s[i] = *reinterpret_cast<const uint32_t*>(staged_row(sm, 0, row) + 4 * cp);
+        g2s[i] = *reinterpret_cast<const uint32_t*>(staged_row(sm, 2, row) + 4 * cp);
       }
     } else {
       const uint32_t* kp =
