@@ -18,11 +18,12 @@
 // Measured (session 38, H200, BENCHMARKS.md): 0.34-0.40 us per 16 tokens at one warpgroup per CTA
 // (H32 T4096 / T16384 / T65536: 0.103 / 0.361 / 1.39 ms), 0.50-0.61 at two (0.155 / 0.531 /
 // 2.04 ms); the chain alone (no O^T, no output) 0.24 / 0.35.
-// Below it, the producer of those images (namespace prod: one CTA per chunk and head, bounded gate,
-// fixed length), checked field by field against a host fp64 evaluation (ProducerFields) and
-// through the consumer against the fp64 oracle (ProducerConsumerMatchOracle: out 1.70e-3), and
-// timed alone, after and beside the consumer with ready flags (Producer: 10.5-11.9 SM-us per
-// chunk and head; beside the 32-CTA consumer H32 0.264 / 0.904 / 3.484 ms).
+// Below it, the producer of those images (namespace prod: persistent CTAs of 256 threads, two per
+// SM, a (chunk, head) item at a time; bounded gate, fixed length), checked field by field against
+// a host fp64 evaluation (ProducerFields) and through the consumer against the fp64 oracle
+// (ProducerConsumerMatchOracle: out 1.70e-3), and timed alone, after and beside the consumer with
+// ready flags (Producer, session 39: 8.6-10.3 SM-us per chunk and head; the two-warpgroup consumer
+// launched behind it H32 0.218-0.221 / 0.736-0.739 / 2.80-2.87 ms, BENCHMARKS.md "Session 39").
 //   fastkda_gpu_tests --gtest_also_run_disabled_tests --gtest_filter='Wy64Bench.*'
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
