@@ -32,6 +32,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <type_traits>
 #include <vector>
 
@@ -294,9 +295,11 @@ struct Smem {
 };
 static_assert(sizeof(Smem) <= 115712, "two CTAs per SM");
 constexpr int kLdV = 136;  // bf16 row stride of v (in kh's space)
-// A' / A_qk take raw f32 bits as tf32 operands (truncation); k^ H is stored scaled by (1 + 2
-// kTruncBias) to compensate both truncations.
-constexpr float kComp = 1.0f + 2.0f * 3.5223e-4f;
+// A' / A_qk take raw f32 bits as tf32 operands (truncation); the row norms of q and k carry
+// sqrt(1 + 2 kTruncBias), so that every product of two operands is compensated for both
+// truncations (the factors of kw, qs and ke take it out again).
+constexpr float kCompHalf = 1.00035216f;  // sqrt(1 + 2 x 3.5223e-4)
+constexpr float kUncomp = 1.0f / kCompHalf;
 
 struct Args {
   const uint16_t *q, *k, *v, *g, *beta;  // [T][H][128] bf16 rows at the strides below, beta [T][H]
@@ -380,11 +383,10 @@ __device__ __forceinline__ unsigned char* staged_row(Smem& sm, int tensor, int r
          : tensor == 1 ? (r < 56 ? kh + 256 * r : nb + 256 * (r - 56))
                        : kf + 16384 + 256 * r;
 }
-// Rows r0, r0 + step, ... (n of them) of tensor `tensor` of item `next`, 16-byte piece ch of each,
-// by cp.async.
-__device__ __forceinline__ void stage_rows(const Args& a, Smem& sm, int next, int tensor, int r0,
-                                           int step, int n, int ch) {
-  const int nc = next / a.H, nh = next % a.H;
+// Rows r0, r0 + step, ... (n of them) of tensor `tensor` of the item at chunk nc, head nh, 16-byte
+// piece ch of each, by cp.async.
+__device__ __forceinline__ void stage_rows(const Args& a, Smem& sm, int nc, int nh, int tensor,
+                                           int r0, int step, int n, int ch) {
   const int64_t stride = tensor == 0 ? a.q_stride : (tensor == 1 ? a.k_stride : a.g_stride);
   const uint16_t* src = (tensor == 0 ? a.q : (tensor == 1 ? a.k : a.g)) +
                         (int64_t(nc) * kR + r0) * stride + nh * kCols + 8 * ch;
@@ -506,7 +508,7 @@ __global__ void __launch_bounds__(kThreads, 2) producer_kernel(const __grid_cons
     if (tid < 2 * kR) {  // row tid % 64 of q (tid < 64) or k: its block's two warp partials
       const int r = tid % kR, idx = r % 16 + (tid < kR ? 0 : 16), w0 = 2 * (r / 16);
       const float ss = (&sm.pe[0][0])[w0 * 32 + idx] + (&sm.pe[0][0])[(w0 + 1) * 32 + idx];
-      (tid < kR ? sm.rq : sm.rk)[r] = rsqrt_approx(ss + 1e-6f);
+      (tid < kR ? sm.rq : sm.rk)[r] = rsqrt_approx(ss + 1e-6f) * kCompHalf;
     }
     float ga0 = 0.0f, ga1 = 0.0f, gl0 = 0.0f, gl1 = 0.0f;  // Ga of this block; G_63
     float t12_0 = 0.0f, t12_1 = 0.0f;                      // the totals of blocks 1 and 2
@@ -523,27 +525,37 @@ __global__ void __launch_bounds__(kThreads, 2) producer_kernel(const __grid_cons
     {
       // The operands of A' / A_qk / W in shared memory, and straight to the image: qs (f16 pairs of
       // keys 2 cp, 2 cp + 1) = scale q^ F 2^Ga, ke (bf16 hi / lo, 8 tokens of a key per 16 bytes)
-      // = k^ H 2^(G_63 - Gend).
+      // = k^ H 2^(G_63 - Gend). Both row norms carry kCompHalf: the factors take it out.
+      // (Session 40: kw = k^ F 2^Ga made here too, stored in the item's U^T space and copied back
+      // for W: +40 %; ke by 8-byte stores: +2-4 %.)
       const float ge0 = G[15][0], ge1 = G[15][1];  // Gend - Ga
-      const float p0 = a.scale * pa0, p1 = a.scale * pa1;
-      const float e0 = ex2_approx(gl0 - ga0 - ge0), e1 = ex2_approx(gl1 - ga1 - ge1);
+      const float p0 = (a.scale * kUncomp) * pa0, p1 = (a.scale * kUncomp) * pa1;
+      const float e0 = kUncomp * ex2_approx(gl0 - ga0 - ge0);
+      const float e1 = kUncomp * ex2_approx(gl1 - ga1 - ge1);
       unsigned char* qs_base = img + w_offset(64 + 16 * qb, 2 * cp);
+      const uint32_t kb_off = qb * 8192 + (cp / 4) * 128 + (cp % 4) * 32;
       uint32_t kh0[4], kl0[4], kh1[4], kl1[4];  // ke of 8 tokens, keys 2 cp / 2 cp + 1
       float kp0 = 0.0f, kp1 = 0.0f;             // ke of the previous (even) row
+      float4 rk4, rq4;
 #pragma unroll
       for (int i = 0; i < 16; ++i) {
         const int r = 16 * qb + i;
+        if (i % 4 == 0) {
+          rk4 = *reinterpret_cast<const float4*>(&sm.rk[r]);
+          rq4 = *reinterpret_cast<const float4*>(&sm.rq[r]);
+        }
+        const float rk = i % 4 == 0 ? rk4.x : (i % 4 == 1 ? rk4.y : (i % 4 == 2 ? rk4.z : rk4.w));
+        const float rq = i % 4 == 0 ? rq4.x : (i % 4 == 1 ? rq4.y : (i % 4 == 2 ? rq4.z : rq4.w));
         const float F0 = ex2_approx(G[i][0]), F1 = ex2_approx(G[i][1]);
         const float H0 = ex2_approx(ge0 - G[i][0]), H1 = ex2_approx(ge1 - G[i][1]);
         const uint32_t k2 = k2s[i], q2 = q2s[i];
-        const float rk = sm.rk[r], rq = sm.rq[r];
         const float k0 = bf(k2 & 0xffff) * rk, k1 = bf(k2 >> 16) * rk;
         const float q0 = bf(q2 & 0xffff) * rq * F0, q1 = bf(q2 >> 16) * rq * F1;
-        const float kh0v = k0 * H0, kh1v = k1 * H1;
+        const float kh0v = k0 * H0, kh1v = k1 * H1, kf0 = k0 * F0, kf1 = k1 * F1;
         const int o = sw(r, 2 * cp);
-        *reinterpret_cast<float2*>(&sm.kf[o]) = make_float2(k0 * F0, k1 * F1);
+        *reinterpret_cast<float2*>(&sm.kf[o]) = make_float2(kf0, kf1);
         *reinterpret_cast<float2*>(&sm.qf[o]) = make_float2(q0, q1);
-        *reinterpret_cast<float2*>(&sm.kh[o]) = make_float2(kh0v * kComp, kh1v * kComp);
+        *reinterpret_cast<float2*>(&sm.kh[o]) = make_float2(kh0v, kh1v);
         *reinterpret_cast<uint32_t*>(qs_base + (i / 8) * 128 + (i % 8) * 16) =
             pack_f16x2(q0 * p0, q1 * p1);
         if (i % 2 == 0) {
@@ -553,14 +565,11 @@ __global__ void __launch_bounds__(kThreads, 2) producer_kernel(const __grid_cons
           split_bf16x2(kp0, kh0v * e0, kh0[j], kl0[j]);
           split_bf16x2(kp1, kh1v * e1, kh1[j], kl1[j]);
           if (i % 8 == 7) {  // tokens 16 qb + i - 7 .. 16 qb + i of keys 2 cp, 2 cp + 1
-            const uint32_t off =
-                kKeOff + qb * 8192 + (i / 8) * 2048 + (cp / 4) * 128 + (cp % 4) * 32;
-            *reinterpret_cast<uint4*>(img + off) = make_uint4(kh0[0], kh0[1], kh0[2], kh0[3]);
-            *reinterpret_cast<uint4*>(img + off + 4096) =
-                make_uint4(kl0[0], kl0[1], kl0[2], kl0[3]);
-            *reinterpret_cast<uint4*>(img + off + 16) = make_uint4(kh1[0], kh1[1], kh1[2], kh1[3]);
-            *reinterpret_cast<uint4*>(img + off + 4096 + 16) =
-                make_uint4(kl1[0], kl1[1], kl1[2], kl1[3]);
+            unsigned char* b = img + kKeOff + kb_off + (i / 8) * 2048;
+            *reinterpret_cast<uint4*>(b) = make_uint4(kh0[0], kh0[1], kh0[2], kh0[3]);
+            *reinterpret_cast<uint4*>(b + 4096) = make_uint4(kl0[0], kl0[1], kl0[2], kl0[3]);
+            *reinterpret_cast<uint4*>(b + 16) = make_uint4(kh1[0], kh1[1], kh1[2], kh1[3]);
+            *reinterpret_cast<uint4*>(b + 4096 + 16) = make_uint4(kl1[0], kl1[1], kl1[2], kl1[3]);
           }
         }
       }
@@ -570,13 +579,13 @@ __global__ void __launch_bounds__(kThreads, 2) producer_kernel(const __grid_cons
     // Then 2^Ga (kw's column factors) and the decays 2^G_63.
     __syncthreads();
     {
+      *reinterpret_cast<float2*>(&sm.pe[qb][2 * cp]) = make_float2(pa0 * kUncomp, pa1 * kUncomp);
       auto put = [&](int row, float x0, float x1) {
         *reinterpret_cast<float2*>(&sm.cf[row][2 * cp]) = make_float2(x0, x1);
       };
       put(qb, ex2_approx(-G[15][0]), ex2_approx(-G[15][1]));
       if (qb == 1 || qb == 2) put(3 + qb, ex2_approx(G[15][0]), ex2_approx(G[15][1]));
       if (qb == 3) put(6, ex2_approx(t12_0), ex2_approx(t12_1));
-      *reinterpret_cast<float2*>(&sm.pe[qb][2 * cp]) = make_float2(pa0, pa1);
       if (qb == 0)
         *reinterpret_cast<float2*>(img + kDecayOff + 8 * cp) =
             make_float2(ex2_approx(gl0), ex2_approx(gl1));
@@ -585,7 +594,7 @@ __global__ void __launch_bounds__(kThreads, 2) producer_kernel(const __grid_cons
     if (a.probe && tid == 0) a.probe[item * 8 + 2] = clock64();
     // 3. A' and A_qk by (row block I, column block J <= I) pairs, both n8 tiles at once (one A
     // fragment for both); operands as raw f32 bits (tf32 truncation), the column operand k^ H
-    // (scaled by kComp) times the pair's column factor from cf (none for (I, I - 1)).
+    // times the pair's column factor from cf (none for (I, I - 1)).
     {
 #pragma unroll 1
       for (int jb = 0; jb < 2; ++jb) {
@@ -679,8 +688,8 @@ __global__ void __launch_bounds__(kThreads, 2) producer_kernel(const __grid_cons
       cp_async_cg_16(vs + (i / 16) * kLdV + 8 * (i % 16),
                      row_ptr(a.v, a.v_stride, i / 16) + 8 * (i % 16), 16);
     cp_async_commit_group();
-    // kw = k^ F 2^Ga in split bf16 into qf's space, as wgmma's B operand of W = Tb kw (K = tokens,
-    // N = keys, K-major: the image's ke layout): per 16-token step 8 KiB, hi then lo.
+    // 4. kw = k^ F 2^Ga in split bf16 into qf's space, as wgmma's B operand of W = Tb kw (K =
+    // tokens, N = keys, K-major: the image's ke layout): per 16-token step 8 KiB, hi then lo.
     unsigned char* kwb = reinterpret_cast<unsigned char*>(sm.qf);
     for (int it = tid; it < kCols * 8; it += kThreads) {
       const int key = it % kCols, s0 = 8 * (it / kCols), J = s0 / 16;
@@ -696,12 +705,12 @@ __global__ void __launch_bounds__(kThreads, 2) producer_kernel(const __grid_cons
     }
     fence_proxy_async_shared();  // the wgmma of step 6 reads kw (a barrier follows in step 5)
     if (a.probe && tid == 0) a.probe[item * 8 + 4] = clock64();
-    // 5. The blocks of X below its diagonal (the diagonal ones were inverted in step 3), in three
+    // 5. The blocks of X below its diagonal (the diagonal ones were inverted in step 3), in two
     // waves of warp-local targets X_IJ = -X_II sum_{J <= M < I} N_IM X_MJ: (1,0) (2,1) (3,2), then
-    // (2,0) (3,1), then (3,0); off-diagonal X in kh's space (N stays for later waves). Transposed,
+    // (2,0) (3,1) and (3,0) (below); off-diagonal X in kh's space (N stays for wave 2). Transposed,
     // on mma.sync in split bf16 (hi hi + hi lo + lo hi): Y^T = sum X_MJ^T N_IM^T, whose
     // accumulators are the A fragments of X_IJ^T = -Y^T X_II^T.
-    float* xoff = sm.kh;  // 6 blocks of 16 x 16 at off_index(I, J)
+    float* xoff = sm.kh;  // 6 blocks of 16 x 16 at off_index(I, J), X_30's second term after them
     {
       auto xblock = [&](int I, int J) -> const float* {
         return I == J ? &sm.nb[nb_index(I, I)][0][0] : xoff + off_index(I, J) * 256;
@@ -729,37 +738,40 @@ __global__ void __launch_bounds__(kThreads, 2) producer_kernel(const __grid_cons
 #pragma unroll
         for (int n = 0; n < 2; ++n) mma3(y[n], ah, al, nm + (8 * n + g) * 16);
       };
-      auto fin = [&](int I, int J) {  // X_IJ = -X_II Y
-        uint32_t ah[4], al[4];        // Y^T's accumulators as A fragments
+      // dst = -xl Y (xl: X_II, or X_32 for one of X_30's two terms)
+      auto fin_to = [&](const float* xl, float* dst) {
+        uint32_t ah[4], al[4];  // Y^T's accumulators as A fragments
         split_bf16x2(y[0][0], y[0][1], ah[0], al[0]);
         split_bf16x2(y[0][2], y[0][3], ah[1], al[1]);
         split_bf16x2(y[1][0], y[1][1], ah[2], al[2]);
         split_bf16x2(y[1][2], y[1][3], ah[3], al[3]);
-        const float* xi = &sm.nb[nb_index(I, I)][0][0];  // B = X_II^T
-        float* dst = xoff + off_index(I, J) * 256;
 #pragma unroll
         for (int n = 0; n < 2; ++n) {
           float z[4] = {};
-          mma3(z, ah, al, xi + (8 * n + g) * 16);
+          mma3(z, ah, al, xl + (8 * n + g) * 16);  // B = xl^T
           // z: (j g, i 8 n + 2 t), (g, + 1), (g + 8, 8 n + 2 t), (g + 8, + 1) of X_IJ^T
           const int i0 = 8 * n + 2 * t;
           dst[i0 * 16 + g] = -z[0], dst[(i0 + 1) * 16 + g] = -z[1];
           dst[i0 * 16 + g + 8] = -z[2], dst[(i0 + 1) * 16 + g + 8] = -z[3];
         }
       };
-      // Each product of Y as early as its X_MJ exists (warps 3-5 keep their Y across the waves):
-      // wave 1 X_10, X_21, X_32 and the terms N_20 X_00, N_31 X_11, N_30 X_00; wave 2 X_20, X_31
-      // and N_31 X_10; wave 3 X_30. At most two products per warp and wave.
+      auto fin = [&](int I, int J) {  // X_IJ = -X_II Y
+        fin_to(&sm.nb[nb_index(I, I)][0][0], xoff + off_index(I, J) * 256);
+      };
+      // Each product of Y as early as its X_MJ exists (warps 3-6 keep their Y across the waves).
+      // Wave 1: X_10, X_21, X_32 and the terms N_20 X_00 (twice), N_31 X_11, N_30 X_00. Wave 2:
+      // X_20 = -X_22 (N_20 X_00 + N_21 X_10), X_31, and X_30 in two terms (the inverse of the
+      // two 32 x 32 diagonal blocks' product): -X_32 (N_20 X_00 + N_21 X_10) in X_30's place and
+      // -X_33 (N_30 X_00 + N_31 X_10) in a seventh block, which step 6 adds.
       if (warp < 3) acc(warp + 1, warp, warp), fin(warp + 1, warp);
-      if (warp == 3) acc(2, 0, 0);
+      if (warp == 3 || warp == 5) acc(2, 0, 0);
       if (warp == 4) acc(3, 1, 1);
-      if (warp == 5) acc(3, 0, 0);
+      if (warp == 6) acc(3, 0, 0);
       __syncthreads();
       if (warp == 3) acc(2, 1, 0), fin(2, 0);
       if (warp == 4) acc(3, 2, 1), fin(3, 1);
-      if (warp == 5) acc(3, 1, 0);
-      __syncthreads();
-      if (warp == 5) acc(3, 2, 0), fin(3, 0);
+      if (warp == 5) acc(2, 1, 0), fin_to(xblock(3, 2), xoff + off_index(3, 0) * 256);
+      if (warp == 6) acc(3, 1, 0), fin_to(xblock(3, 3), xoff + 6 * 256);
     }
     cp_async_wait_group<0>();
     __syncthreads();
@@ -775,8 +787,14 @@ __global__ void __launch_bounds__(kThreads, 2) producer_kernel(const __grid_cons
       if (J <= I) {
         const float* x = (I == J ? &sm.nb[nb_index(I, I)][0][0] : xoff + off_index(I, J) * 256) +
                          (r % 16) * 16 + (s8 % 2) * 8;
-        const float4 x0 = *reinterpret_cast<const float4*>(x);
-        const float4 x1 = *reinterpret_cast<const float4*>(x + 4);
+        float4 x0 = *reinterpret_cast<const float4*>(x);
+        float4 x1 = *reinterpret_cast<const float4*>(x + 4);
+        if (I == 3 && J == 0) {  // X_30's second term (step 5)
+          const float4 y0 = *reinterpret_cast<const float4*>(x + (6 - off_index(3, 0)) * 256);
+          const float4 y1 = *reinterpret_cast<const float4*>(x + (6 - off_index(3, 0)) * 256 + 4);
+          x0.x += y0.x, x0.y += y0.y, x0.z += y0.z, x0.w += y0.w;
+          x1.x += y1.x, x1.y += y1.y, x1.z += y1.z, x1.w += y1.w;
+        }
         const float4 b0 = *reinterpret_cast<const float4*>(&sm.beta[8 * s8]);
         const float4 b1 = *reinterpret_cast<const float4*>(&sm.beta[8 * s8 + 4]);
         split_bf16x2(x0.x * b0.x, x0.y * b0.y, hi.x, lo.x);
@@ -794,9 +812,10 @@ __global__ void __launch_bounds__(kThreads, 2) producer_kernel(const __grid_cons
     // With the counter, thread 0 took it before the barrier above.
     next = a.counter ? sm.next_item : (item + grid < items ? item + grid : -1);
     const bool stage_next = a.stage && next >= 0;
+    const int nc = stage_next ? next / a.H : 0, nh = stage_next ? next - nc * a.H : 0;
     if (stage_next) {  // k, g: rows tid / 16 + 16 i of both by every thread
-      stage_rows(a, sm, next, 1, tid / 16, 16, 4, tid % 16);
-      stage_rows(a, sm, next, 2, tid / 16, 16, 4, tid % 16);
+      stage_rows(a, sm, nc, nh, 1, tid / 16, 16, 4, tid % 16);
+      stage_rows(a, sm, nc, nh, 2, tid / 16, 16, 4, tid % 16);
       cp_async_commit_group();
     }
     // W = Tb kw on wgmma by warpgroup 0 (4 token steps x 3 m64n128k16, both operands in shared
@@ -818,7 +837,7 @@ __global__ void __launch_bounds__(kThreads, 2) producer_kernel(const __grid_cons
       wgmma_wait_group<0>();
       wgmma_fence_operands(aw);
       if (stage_next) {  // q over kw, now read: rows tid / 16 + 8 i
-        stage_rows(a, sm, next, 0, tid / 16, 8, 8, tid % 16);
+        stage_rows(a, sm, nc, nh, 0, tid / 16, 8, 8, tid % 16);
         cp_async_commit_group();
       }
       // W (f16 pairs): rows 16 w + g (+ 8), keys 8 j + 2 t of n8 tile j.
@@ -1188,9 +1207,13 @@ TEST(Wy64Bench, DISABLED_Producer) {
   cudaStream_t s1, s2;
   cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking);
   cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking);
+  // WY64_QUICK=1: the H32 rows only, the producer alone and the scan behind it.
+  const char* quick_env = std::getenv("WY64_QUICK");
+  const bool quick = quick_env && quick_env[0] == '1';
   const int shapes[][2] = {{32, 4096}, {32, 16384}, {32, 65536}, {8, 65536}, {96, 8192}};
   for (const auto& sh : shapes) {
     const int H = sh[0], T = sh[1], chunks = T / kChunk;
+    if (quick && H != 32) continue;
     const size_t n = size_t(T) * H * 128;
     fastkda_gpu_test::DeviceBuf q(n * 2), k(n * 2), v(n * 2), g(n * 2), beta(size_t(T) * H * 2);
     std::vector<float> A_log(size_t(H), 1.0f), dt_bias(size_t(H) * 128, -4.0f);
@@ -1214,13 +1237,14 @@ TEST(Wy64Bench, DISABLED_Producer) {
       launch_consumer<1, true, false>(H, chunks, img.get(), uimg.get(), out.get(), state.get(),
                                       true);
     };
-    const float cms = fastkda_gpu_test::median_event_ms(run_consumer, 9);
-    const float both = fastkda_gpu_test::median_event_ms(
-        [&] {
-          launch_producer(a);
-          run_consumer();
-        },
-        9);
+    const float cms = quick ? NAN : fastkda_gpu_test::median_event_ms(run_consumer, 9);
+    const float both = quick ? NAN
+                             : fastkda_gpu_test::median_event_ms(
+                                   [&] {
+                                     launch_producer(a);
+                                     run_consumer();
+                                   },
+                                   9);
     // Producer and consumer at once (two streams): the consumer launched first takes 2 H / kWgs
     // SMs and waits for each image's ready flag; the producer runs on the other SMs.
     fastkda_gpu_test::DeviceBuf ready(size_t(H) * chunks * 4);
@@ -1257,22 +1281,23 @@ TEST(Wy64Bench, DISABLED_Producer) {
                      [&](cudaStream_t st) { launch_producer(ar, st, sms - cons_ctas); });
     };
     // Only where the consumer leaves SMs to the producer (its CTAs wait for the producer's).
-    const float b1 = 2 * H > sms - 8 ? NAN
-                                     : beside(
-                                           [&](cudaStream_t st) {
-                                             launch_consumer<1, true, false>(
-                                                 H, chunks, img.get(), uimg.get(), out.get(),
-                                                 state.get(), true, ar.ready, st);
-                                           },
-                                           2 * H);
-    const float b2 = H > sms - 8 ? NAN
-                                 : beside(
-                                       [&](cudaStream_t st) {
-                                         launch_consumer<2, true, false>(
-                                             H, chunks, img.get(), uimg.get(), out.get(),
-                                             state.get(), true, ar.ready, st);
-                                       },
-                                       H);
+    const float b1 =
+        quick || 2 * H > sms - 8
+            ? NAN
+            : beside(
+                  [&](cudaStream_t st) {
+                    launch_consumer<1, true, false>(H, chunks, img.get(), uimg.get(), out.get(),
+                                                    state.get(), true, ar.ready, st);
+                  },
+                  2 * H);
+    const float b2 = quick || H > sms - 8 ? NAN
+                                          : beside(
+                                                [&](cudaStream_t st) {
+                                                  launch_consumer<2, true, false>(
+                                                      H, chunks, img.get(), uimg.get(), out.get(),
+                                                      state.get(), true, ar.ready, st);
+                                                },
+                                                H);
     // The producer first on every SM (items taken in order from a counter), the two-warpgroup
     // scan launched behind it: the producer's CTAs on SMs < H stop taking items after a fraction
     // f of them, and the scan's CTAs take those SMs with that much of a lead.
@@ -1292,7 +1317,7 @@ TEST(Wy64Bench, DISABLED_Producer) {
     // ahead have left L2 when the scan reads them.
     const float b3 = H > sms - 8 ? NAN : delayed(0.0f);
     ASSERT_EQ(cudaGetLastError(), cudaSuccess);
-    if (H == 32 && T == 16384) {  // mean cycles per step over the CTAs
+    if (!quick && H == 32 && T == 16384) {  // mean cycles per step over the CTAs
       fastkda_gpu_test::DeviceBuf pr(size_t(chunks) * H * 8 * 8);
       prod::Args ap = a;
       ap.probe = static_cast<long long*>(pr.get());
@@ -1309,7 +1334,8 @@ TEST(Wy64Bench, DISABLED_Producer) {
           sum[1] / (c.size() / 8), sum[2] / (c.size() / 8), sum[3] / (c.size() / 8),
           sum[4] / (c.size() / 8), sum[5] / (c.size() / 8), sum[6] / (c.size() / 8));
     }
-    if (H == 32 && T == 16384) {  // variants: one item per CTA / persistent (+ rows staged)
+    if (!quick && H == 32 &&
+        T == 16384) {  // variants: one item per CTA / persistent (+ rows staged)
       for (int v = 0; v < 3; ++v) {
         prod::Args av = a;
         av.stage = v == 2;
