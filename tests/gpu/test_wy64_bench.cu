@@ -351,13 +351,13 @@ __device__ __forceinline__ void reduce_scatter_step(float (&v)[32], int lane) {
     v[j] = keep + __shfl_xor_sync(0xffffffffu, send, kOff);
   }
 }
-// Step 3's (row block, column block, cf row) per warp, I < 0: none. The diagonal pairs (with their
-// inverses) one per warp, the others two or one: (2, 0) (1, 0) | (3, 1) (2, 1) | (3, 0) | (3, 2).
+// Step 3's (row block, column block, cf row) per warp, I < 0: none. The diagonal pairs on warps 0-3
+// (warps 0 and 2 then invert two each; warps 1 and 3 take one more pair), the others one per warp.
 // cf row: I for (I, I), 4 (2, 0), 5 (3, 1), 6 (3, 0); -1: (I, I - 1), whose factor is 1.
-__constant__ int8_t kPairs[8][2][3] = {{{0, 0, 0}, {-1, 0, 0}}, {{1, 1, 1}, {-1, 0, 0}},
-                                       {{2, 2, 2}, {-1, 0, 0}}, {{3, 3, 3}, {-1, 0, 0}},
-                                       {{2, 0, 4}, {1, 0, -1}}, {{3, 1, 5}, {2, 1, -1}},
-                                       {{3, 0, 6}, {-1, 0, 0}}, {{3, 2, -1}, {-1, 0, 0}}};
+__constant__ int8_t kPairs[8][2][3] = {{{0, 0, 0}, {-1, 0, 0}},  {{1, 1, 1}, {3, 0, 6}},
+                                       {{2, 2, 2}, {-1, 0, 0}},  {{3, 3, 3}, {2, 0, 4}},
+                                       {{1, 0, -1}, {-1, 0, 0}}, {{3, 1, 5}, {-1, 0, 0}},
+                                       {{2, 1, -1}, {-1, 0, 0}}, {{3, 2, -1}, {-1, 0, 0}}};
 
 // W (f16) at token r, keys key, key + 1 of the image; U^T's element (token, value) of the value
 // half's block in the consumer's P^T fragment order.
@@ -508,7 +508,8 @@ __global__ void __launch_bounds__(kThreads, 2) producer_kernel(const __grid_cons
     if (tid < 2 * kR) {  // row tid % 64 of q (tid < 64) or k: its block's two warp partials
       const int r = tid % kR, idx = r % 16 + (tid < kR ? 0 : 16), w0 = 2 * (r / 16);
       const float ss = (&sm.pe[0][0])[w0 * 32 + idx] + (&sm.pe[0][0])[(w0 + 1) * 32 + idx];
-      (tid < kR ? sm.rq : sm.rk)[r] = rsqrt_approx(ss + 1e-6f) * kCompHalf;
+      (tid < kR ? sm.rq : sm.rk)[r] =
+          rsqrt_approx(ss + 1e-6f) * (tid < kR ? a.scale : 1.0f) * kCompHalf;
     }
     float ga0 = 0.0f, ga1 = 0.0f, gl0 = 0.0f, gl1 = 0.0f;  // Ga of this block; G_63
     float t12_0 = 0.0f, t12_1 = 0.0f;                      // the totals of blocks 1 and 2
@@ -528,8 +529,8 @@ __global__ void __launch_bounds__(kThreads, 2) producer_kernel(const __grid_cons
       // = k^ H 2^(G_63 - Gend). Both row norms carry kCompHalf: the factors take it out.
       // (Session 40: kw = k^ F 2^Ga made here too, stored in the item's U^T space and copied back
       // for W: +40 %; ke by 8-byte stores: +2-4 %.)
-      const float ge0 = G[15][0], ge1 = G[15][1];  // Gend - Ga
-      const float p0 = (a.scale * kUncomp) * pa0, p1 = (a.scale * kUncomp) * pa1;
+      const float ge0 = G[15][0], ge1 = G[15][1];          // Gend - Ga
+      const float p0 = kUncomp * pa0, p1 = kUncomp * pa1;  // the scale is in rq
       const float e0 = kUncomp * ex2_approx(gl0 - ga0 - ge0);
       const float e1 = kUncomp * ex2_approx(gl1 - ga1 - ge1);
       unsigned char* qs_base = img + w_offset(64 + 16 * qb, 2 * cp);
@@ -633,42 +634,57 @@ __global__ void __launch_bounds__(kThreads, 2) producer_kernel(const __grid_cons
           products(std::true_type{});
         else
           products(std::false_type{});
+        // Elements (rows g + 8 e, columns 8 n + 2 t, + 1 of the block): below the diagonal (N)
+        // where 8 (n - e) < g - 2 t (always for J < I), on or below it (A_qk) where <=. A_qk's
+        // scale is in q's row norms.
         float* nbl = &sm.nb[nb_index(I, J)][0][0];
+        float* nbp = nbl + g * 16 + 2 * t;
+        unsigned char* aqp = img + kAqOff + J * 2048 + I * 256 + g * 16 + 4 * t;
+        const int dr = I == J ? g - 2 * t : 16;
+        const float bet[2] = {sm.beta[ra], sm.beta[rb]};
 #pragma unroll
         for (int n = 0; n < 2; ++n) {
-          const int sc = 16 * J + 8 * n + 2 * t;  // elements (row ra / rb, columns sc, sc + 1)
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
-            const int r = e ? rb : ra;
-            const float x0 = sc < r ? sm.beta[r] * ap[n][2 * e] : 0.0f;
-            const float x1 = sc + 1 < r ? sm.beta[r] * ap[n][2 * e + 1] : 0.0f;
-            *reinterpret_cast<float2*>(&nbl[(r - 16 * I) * 16 + sc - 16 * J]) = make_float2(x0, x1);
-            const float q0 = sc <= r ? a.scale * aq[n][2 * e] : 0.0f;
-            const float q1 = sc + 1 <= r ? a.scale * aq[n][2 * e + 1] : 0.0f;
-            *reinterpret_cast<uint32_t*>(img + kAqOff + (sc / 16) * 2048 + ((sc % 16) / 8) * 1024 +
-                                         (r / 8) * 128 + (r % 8) * 16 + (sc % 8) * 2) =
-                pack_f16x2(q0, q1);
+            const int lim = 8 * (n - e);
+            const float x0 = lim < dr ? bet[e] * ap[n][2 * e] : 0.0f;
+            const float x1 = lim + 1 < dr ? bet[e] * ap[n][2 * e + 1] : 0.0f;
+            *reinterpret_cast<float2*>(nbp + e * 128 + n * 8) = make_float2(x0, x1);
+            const float q0 = lim <= dr ? aq[n][2 * e] : 0.0f;
+            const float q1 = lim + 1 <= dr ? aq[n][2 * e + 1] : 0.0f;
+            *reinterpret_cast<uint32_t*>(aqp + n * 1024 + e * 128) = pack_f16x2(q0, q1);
           }
         }
-        if (I == J) {  // X_II = (I + N_II)^-1 in place, by forward substitution (lane j: column j)
-          __syncwarp();
+        // X_II = (I + N_II)^-1 in place, by forward substitution, two blocks per warp: warp 0
+        // inverts blocks 0 and 1, warp 2 blocks 2 and 3 (lane l: block warp + l / 16, column l %
+        // 16), once warps 1 / 3 have made N_11 / N_33 (a barrier per warp pair); those go on to a
+        // second pair.
+        if (I == J) {  // ids as constants: ptxas reserves every barrier for a register id
+          if (warp < 2)
+            bar_sync(1, 64);
+          else
+            bar_sync(2, 64);
+        }
+        if (I == J && warp % 2 == 0) {
+          const float* nbi = &sm.nb[nb_index(warp + lane / 16, warp + lane / 16)][0][0];
+          const int col = lane % 16;
           float x[16];
 #pragma unroll
           for (int i = 0; i < 16; ++i) {  // two partial sums: half the dependent chain
-            float acc0 = i == lane ? 1.0f : 0.0f, acc1 = 0.0f;
+            float acc0 = i == col ? 1.0f : 0.0f, acc1 = 0.0f;
 #pragma unroll
             for (int s2 = 0; s2 < i; ++s2) {
               if (s2 % 2 == 0)
-                acc0 = fmaf(-nbl[i * 16 + s2], x[s2], acc0);
+                acc0 = fmaf(-nbi[i * 16 + s2], x[s2], acc0);
               else
-                acc1 = fmaf(-nbl[i * 16 + s2], x[s2], acc1);
+                acc1 = fmaf(-nbi[i * 16 + s2], x[s2], acc1);
             }
             x[i] = acc0 + acc1;
           }
           __syncwarp();
-          if (lane < 16)
+          float* nbo = const_cast<float*>(nbi) + col;
 #pragma unroll
-            for (int i = 0; i < 16; ++i) nbl[i * 16 + lane] = x[i];
+          for (int i = 0; i < 16; ++i) nbo[i * 16] = x[i];
         }
       }
     }
@@ -683,25 +699,39 @@ __global__ void __launch_bounds__(kThreads, 2) producer_kernel(const __grid_cons
     __syncthreads();
     if (a.probe && tid == 0) a.probe[item * 8 + 3] = clock64();
     // v (bf16 rows of 272 B) into kh's space after the solve's 14 KiB, while the solve runs.
+    // Thread: rows tid / 16 + 16 m, piece tid % 16 (addresses once, then constant offsets).
     uint16_t* vs = reinterpret_cast<uint16_t*>(sm.kh + 14 * 256);
-    for (int i = tid; i < kR * 16; i += kThreads)
-      cp_async_cg_16(vs + (i / 16) * kLdV + 8 * (i % 16),
-                     row_ptr(a.v, a.v_stride, i / 16) + 8 * (i % 16), 16);
+    {
+      uint16_t* vd = vs + (tid / 16) * kLdV + 8 * (tid % 16);
+      const uint16_t* src = row_ptr(a.v, a.v_stride, tid / 16) + 8 * (tid % 16);
+#pragma unroll
+      for (int m = 0; m < kR / 16; ++m, src += 16 * a.v_stride)
+        cp_async_cg_16(vd + 16 * m * kLdV, src, 16);
+    }
     cp_async_commit_group();
     // 4. kw = k^ F 2^Ga in split bf16 into qf's space, as wgmma's B operand of W = Tb kw (K =
     // tokens, N = keys, K-major: the image's ke layout): per 16-token step 8 KiB, hi then lo.
+    // Thread: key tid % 128, tokens 8 (tid / 128) + 16 J + (0..7) for J = 0..3; the swizzled
+    // column of each of the 8 rows once (rows 8 (tid / 128) + j have j = r % 8).
     unsigned char* kwb = reinterpret_cast<unsigned char*>(sm.qf);
-    for (int it = tid; it < kCols * 8; it += kThreads) {
-      const int key = it % kCols, s0 = 8 * (it / kCols), J = s0 / 16;
-      const float p = sm.pe[J][key];
-      uint32_t hi[4], lo[4];
+    {
+      const int key = tid % kCols, half = tid / kCols;
+      const float* kcol = sm.kf + sw(8 * half, key);
+      unsigned char* kwd = kwb + half * 2048 + (key / 8) * 128 + (key % 8) * 16;
+      int xo[8];  // sw(8 half + j, key) - sw(8 half, key)
 #pragma unroll
-      for (int j = 0; j < 4; ++j)
-        split_bf16x2(sm.kf[sw(s0 + 2 * j, key)] * p, sm.kf[sw(s0 + 2 * j + 1, key)] * p, hi[j],
-                     lo[j]);
-      const uint32_t off = J * 8192 + ((s0 % 16) / 8) * 2048 + (key / 8) * 128 + (key % 8) * 16;
-      *reinterpret_cast<uint4*>(kwb + off) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-      *reinterpret_cast<uint4*>(kwb + off + 4096) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+      for (int j = 0; j < 8; ++j) xo[j] = j * kCols + ((key ^ (j << 2)) - key);
+#pragma unroll
+      for (int J = 0; J < 4; ++J) {
+        const float p = sm.pe[J][key];
+        const float* kc = kcol + J * 16 * kCols;
+        uint32_t hi[4], lo[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          split_bf16x2(kc[xo[2 * j]] * p, kc[xo[2 * j + 1]] * p, hi[j], lo[j]);
+        *reinterpret_cast<uint4*>(kwd + J * 8192) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+        *reinterpret_cast<uint4*>(kwd + J * 8192 + 4096) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+      }
     }
     fence_proxy_async_shared();  // the wgmma of step 6 reads kw (a barrier follows in step 5)
     if (a.probe && tid == 0) a.probe[item * 8 + 4] = clock64();
