@@ -438,30 +438,24 @@ __global__ void __launch_bounds__(kThreads, 2) producer_kernel(const __grid_cons
 
     if (a.probe && tid == 0) a.probe[item * 8] = clock64();
     // 1. Thread (column pair cp, row block qb) loads its 16 rows of q, k, g (columns 2 cp,
-    // 2 cp + 1): every global load of the step at once, or from shared memory where the previous
-    // item staged them (stage_next).
+    // 2 cp + 1) from shared memory, where the previous item staged them (stage_next), or else
+    // this item stages them now (one load path: fewer live registers).
     const int cp = tid % 64, qb = tid / 64;
+    if (!(a.stage && round > 0)) {
+      stage_rows(a, sm, c, h, 1, tid / 16, 16, 4, tid % 16);
+      stage_rows(a, sm, c, h, 2, tid / 16, 16, 4, tid % 16);
+      stage_rows(a, sm, c, h, 0, tid / 16, 8, 8, tid % 16);
+      cp_async_commit_group();
+      cp_async_wait_group<0>();
+      __syncthreads();
+    }
     uint32_t k2s[16], q2s[16], g2s[16];
-    if (a.stage && round > 0) {
 #pragma unroll
-      for (int i = 0; i < 16; ++i) {
-        const int row = 16 * qb + i;
-        k2s[i] = *reinterpret_cast<const uint32_t*>(staged_row(sm, 1, row) + 4 * cp);
-        q2s[i] = *reinterpret_cast<const uint32_t*>(staged_row(sm, 0, row) + 4 * cp);
-        g2s[i] = *reinterpret_cast<const uint32_t*>(staged_row(sm, 2, row) + 4 * cp);
-      }
-    } else {
-      const uint32_t* kp =
-          reinterpret_cast<const uint32_t*>(row_ptr(a.k, a.k_stride, 16 * qb) + 2 * cp);
-      const uint32_t* qp =
-          reinterpret_cast<const uint32_t*>(row_ptr(a.q, a.q_stride, 16 * qb) + 2 * cp);
-      const uint32_t* gp =
-          reinterpret_cast<const uint32_t*>(row_ptr(a.g, a.g_stride, 16 * qb) + 2 * cp);
-#pragma unroll
-      for (int i = 0; i < 16; ++i) {  // rows of 4-byte words: strides halved
-        k2s[i] = *kp, q2s[i] = *qp, g2s[i] = *gp;
-        kp += a.k_stride / 2, qp += a.q_stride / 2, gp += a.g_stride / 2;
-      }
+    for (int i = 0; i < 16; ++i) {
+      const int row = 16 * qb + i;
+      k2s[i] = *reinterpret_cast<const uint32_t*>(staged_row(sm, 1, row) + 4 * cp);
+      q2s[i] = *reinterpret_cast<const uint32_t*>(staged_row(sm, 0, row) + 4 * cp);
+      g2s[i] = *reinterpret_cast<const uint32_t*>(staged_row(sm, 2, row) + 4 * cp);
     }
     if (tid < kR) {
       const float b = bf(a.beta[(tok0 + tid) * a.beta_stride + hin]);
