@@ -22,8 +22,8 @@
 // SM, a (chunk, head) item at a time; bounded gate, fixed length), checked field by field against
 // a host fp64 evaluation (ProducerFields) and through the consumer against the fp64 oracle
 // (ProducerConsumerMatchOracle: out 1.70e-3), and timed alone, after and beside the consumer with
-// ready flags (Producer, session 40: 8.3-9.6 SM-us per chunk and head; the two-warpgroup consumer
-// launched behind it H32 0.210-0.212 / 0.698-0.705 / 2.66-2.68 ms, BENCHMARKS.md "Session 40").
+// ready flags (Producer, session 40: 8.1-9.3 SM-us per chunk and head; the two-warpgroup consumer
+// launched behind it H32 0.206-0.208 / 0.680-0.684 / 2.59-2.60 ms, BENCHMARKS.md "Session 40").
 //   fastkda_gpu_tests --gtest_also_run_disabled_tests --gtest_filter='Wy64Bench.*'
 // (WY64_QUICK=1: Producer's H32 rows only, the producer alone and the scan behind it.)
 #include <cuda_runtime_api.h>
