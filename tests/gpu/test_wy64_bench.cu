@@ -290,7 +290,7 @@ struct Smem {
   // Rows 0-3: the blocks' gate totals (step 2); then the column factors of A''s pairs other than
   // (I, I - 1) (kPairs' third entry): 2^(Ga_I - Gend_J) per key.
   float cf[7][kCols];
-  float pe[4][kCols];  // 2^Ga_I; first the row norms' partial sums (8 warps x 32)
+  float pe[4][kCols];  // kw's factors 2^Ga_I / kCompHalf; first the norms' partial sums (8 x 32)
   float rq[kR], rk[kR], beta[kR];
   int next_item;  // taken from Args::counter
 };
