@@ -84,6 +84,11 @@ def mm(a, b, mode):
         r = bf16(a).astype(np.float64) @ bf16(b).astype(np.float64)
     elif mode == "f16":  # both rounded to nearest f16 (11 significant bits, subnormals under 2^-14)
         r = a.astype(np.float16).astype(np.float64) @ b.astype(np.float16).astype(np.float64)
+    elif mode == "f16x2b":  # a f16, b split hi + lo f16 (unscaled, as "f16")
+        ah = a.astype(np.float16).astype(np.float64)
+        bh = b.astype(np.float16)
+        bl = (b - bh.astype(np.float32)).astype(np.float16)
+        r = ah @ bh.astype(np.float64) + ah @ bl.astype(np.float64)
     elif mode == "bf16x2b":  # a bf16, b split hi + lo
         bh = bf16(b)
         ah = bf16(a).astype(np.float64)
@@ -448,6 +453,7 @@ CONFIGS = {  # name: (C, modes[, split-T segment tokens])
     "C64 WY, W / U f32": (64, {**WY64, "wu": "f32"}),
     "C64 WY, state update f16 (ke, V_new f16)": (64, {**WY64, "su": "f16"}),
     "C64 WY, U stored f16": (64, {**WY64, "u_store": "f16"}),
+    "C64 WY, state update ke f16, V_new split f16": (64, {**WY64, "su": "f16x2b"}),
     "C64 WY, U f16, state update f16": (64, {**WY64, "u_store": "f16", "su": "f16"}),
     "C64 WY, U f16, state update ke split, V_new f16": (64, {**WY64, "u_store": "f16", "su": "bf16x2"}),
     "C64 split-T, 256-token segments, combine / fix f32": (64, KEPT, 256),
@@ -518,6 +524,7 @@ SEED_CONFIGS = {
     "C64 WY (session 38)": (64, WY64),
     "C64 WY, Tb by 16-blocks, tf32 products": (64, {**WY64, "solve": "tf32"}),
     "C64 WY, U f16, state update f16": (64, {**WY64, "u_store": "f16", "su": "f16"}),
+    "C64 WY, state update ke f16, V_new split f16": (64, {**WY64, "su": "f16x2b"}),
     "C32 as GPU, Tb by 16-blocks, bf16x3 products": (32, {**AS_GPU_SEEDS, "solve": "bf16x3"}),
 }
 
