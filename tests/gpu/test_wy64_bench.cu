@@ -1019,9 +1019,11 @@ void launch_consumer(int heads, int chunks, const void* img, const void* tbimg,
   serialization.val.programmaticStreamSerializationAllowed = 1;
   config.attrs = &serialization;
   config.numAttrs = pdl ? 1 : 0;
-  cudaLaunchKernelEx(&config, kernel, chunks, static_cast<const unsigned char*>(img),
-                     static_cast<const unsigned char*>(tbimg), tm_v, static_cast<uint16_t*>(out),
-                     static_cast<float*>(state), int(zero_state ? 1 : 0), ready, probe);
+  EXPECT_EQ(cudaLaunchKernelEx(&config, kernel, chunks, static_cast<const unsigned char*>(img),
+                               static_cast<const unsigned char*>(tbimg), tm_v,
+                               static_cast<uint16_t*>(out), static_cast<float*>(state),
+                               int(zero_state ? 1 : 0), ready, probe),
+            cudaSuccess);
 }
 
 template <int kWgs, bool kOut, bool kHot, bool kStore = kOut>
