@@ -8,7 +8,7 @@
 #        fastkda.chunk_kda in fla's process, package built there), FLA_CACHE_OUT=1 (return fla's
 #        Triton cache in parts; copy them into .triton-cache here and carry it in later calls
 #        to skip fla's autotuning), SANITIZE_CFGS (sanitize step: subset of "vs1 vs2 vs4
-#        seg64 stream persist"), FASTKDA_BENCH_GATE=softplus (bench and fla steps: the softplus
+#        seg64 stream persist wy64"), FASTKDA_BENCH_GATE=softplus (bench and fla steps: the softplus
 #        gate in both)
 #   scripts/gpu_check_prefill.sh unpack-triton DIR   here: .triton-cache unpacked from a call's
 #        parts (too large to carry once unpacked at ~190 MB; for inspection)
@@ -69,13 +69,15 @@ for s in $steps; do
       # scan; kVs = 32: the key-split mma.sync scan; its small cases take vsplit 2 by default) and
       # with split T forced (FASTKDA_PREFILL_SEG=64: transition pass, combine, output pass on every
       # case); "stream": PrefillGpu.StreamedIntra (the streamed intra kernel at every value split
-      # and retire point; the sanitizer runs its two grids one after the other).
+      # and retire point; the sanitizer runs its two grids one after the other); "wy64":
+      # PrefillGpu.Wy64Invariants (the 64-token WY pipeline: producer and scan, PDL, ready flags).
       tools="memcheck racecheck"; [ "$s" = racecheck ] && tools=racecheck
       for tool in $tools; do
-        for cfg in ${SANITIZE_CFGS:-vs1 vs2 vs4 seg64 stream}; do
+        for cfg in ${SANITIZE_CFGS:-vs1 vs2 vs4 seg64 stream wy64}; do
           vs=""; seg=""; filter=PrefillGpu.Varlen
           case $cfg in vs1) vs=1 ;; vs2) vs=2 ;; vs4) vs=4 ;; seg64) seg=64 ;;
-            stream) filter=PrefillGpu.StreamedIntra ;; persist) filter=PrefillGpu.PersistentGrid ;; esac
+            stream) filter=PrefillGpu.StreamedIntra ;; persist) filter=PrefillGpu.PersistentGrid ;;
+            wy64) filter=PrefillGpu.Wy64Invariants ;; esac
           log="$OUT/sanitize_${tool}_$cfg.log"
           FASTKDA_PREFILL_VSPLIT=$vs FASTKDA_PREFILL_SEG=$seg timeout 150 compute-sanitizer \
             --tool $tool --error-exitcode 9 "$BIN" --gtest_filter=$filter > "$log" 2>&1

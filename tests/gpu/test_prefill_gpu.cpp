@@ -151,8 +151,8 @@ TEST(PrefillGpu, TokensBeyondInt32Rejected) {
   DeviceBuf ws(256);
   f.workspace = ws.get();
   // The size query raises the same error (CPU test Validation.CudaTokenLimitInSizeQuery).
-  expect_error([&] { (void)fastkda::forward_workspace_size(f); }, "T:",
-               "B * T = 2^31 on CUDA: the workspace size query");
+  expect_error([&] { (void)fastkda::forward_workspace_size(f); },
+               "T:", "B * T = 2^31 on CUDA: the workspace size query");
   f.workspace_bytes = 256;
   // Poisoned out and workspace: nothing may be written before the error.
   const size_t out_bytes = v.p.out_elems() * 2;
@@ -348,8 +348,11 @@ void check_causal(const Problem& p, int64_t t0, const char* what) {
   }
   const Result b = run_gpu(p2, DeviceInputs(p2));
   const size_t prefix = size_t((t0 + 1) * p.c.HV * kV);
-  EXPECT_TRUE(std::equal(a.out.h.begin(), a.out.h.begin() + prefix, b.out.h.begin()))
-      << what << ": rows <= " << t0 << " changed with later rows  " << p.describe();
+  const auto diff = std::mismatch(a.out.h.begin(), a.out.h.begin() + prefix, b.out.h.begin());
+  const size_t first = size_t(diff.first - a.out.h.begin());
+  EXPECT_EQ(first, prefix) << what << ": rows <= " << t0 << " changed with later rows (first: row "
+                           << first / (p.c.HV * kV) << ", head " << first / kV % p.c.HV
+                           << ", value " << first % kV << ")  " << p.describe();
 }
 
 TEST(PrefillGpu, CausalBitForBit) {
@@ -378,10 +381,10 @@ TEST(PrefillGpu, F16ScaledState) {
   for (const char* vs : {"1 seg128", "1", "2"}) {
     ScopedEnv env("FASTKDA_PREFILL_VSPLIT", std::string(vs).substr(0, 1).c_str());
     ScopedEnv env_seg("FASTKDA_PREFILL_SEG", std::string(vs).size() > 1 ? "128" : "0");
-    for (const Scaling& sc : {Scaling{"v x 2^12", 0x1p12f, 1.0f},
-                              Scaling{"v, init x 2^-16", 0x1p-16f, 0x1p-16f},
-                              Scaling{"init x 2^20", 1.0f, 0x1p20f},
-                              Scaling{"init x 2^20, v x 2^-12", 0x1p-12f, 0x1p20f}}) {
+    for (const Scaling& sc :
+         {Scaling{"v x 2^12", 0x1p12f, 1.0f}, Scaling{"v, init x 2^-16", 0x1p-16f, 0x1p-16f},
+          Scaling{"init x 2^20", 1.0f, 0x1p20f},
+          Scaling{"init x 2^20, v x 2^-12", 0x1p-12f, 0x1p20f}}) {
       Case c;
       c.T = 300, c.H = 1, c.HV = 2, c.boundary = true;
       Problem p(c);
@@ -628,9 +631,10 @@ TEST(PrefillGpu, MillionTokens64BitOffsets) {
   EXPECT_LE(eo.rms_rel, kOutTol) << "default plan, tail out " << eo << "  " << p.describe();
   EXPECT_LE(es.rms_rel, kStateTol) << "default plan, tail state " << es << "  " << p.describe();
   EXPECT_EQ(bad_state2, 0u) << "default plan  " << p.describe();
-  std::printf("[prefill] 1M tokens, default plan: tail vs the separate call out %g | state %g, "
-              "head non-finite state %zu\n",
-              eo.rms_rel, es.rms_rel, bad_state2);
+  std::printf(
+      "[prefill] 1M tokens, default plan: tail vs the separate call out %g | state %g, "
+      "head non-finite state %zu\n",
+      eo.rms_rel, es.rms_rel, bad_state2);
 }
 
 // prefill(T1) then prefill(T2) from the carried f32 state == prefill(T1 + T2) (to rounding).
@@ -934,8 +938,9 @@ TEST(PrefillGpu, SplitT) {
       Case c;
       c.seqlens = {0, 1, 150, 192, 193, 500, 64, 300};
       c.H = 2, c.HV = 4, c.pool = true, c.boundary = true;
-      check_against_oracle(Problem(c), (std::string("split seg0 192 first_out ") + first_out +
-                                        " vsplit " + vs).c_str());
+      check_against_oracle(
+          Problem(c),
+          (std::string("split seg0 192 first_out ") + first_out + " vsplit " + vs).c_str());
     }
 }
 
@@ -1195,6 +1200,157 @@ TEST(PrefillGpu, StreamedIntra) {
     const size_t chunk_bytes = (slots * p.c.HV * 2176 + 255) / 256 * 256;
     EXPECT_EQ(fastkda::forward_workspace_size(f), chunk_bytes + stream_bytes(p)) << p.describe();
   }
+}
+
+// The 64-token WY pipeline (wy64.cuh, Plan::wy64; FASTKDA_PREFILL_WY64=1 forces it where it can
+// run): the oracle's bounds over its modes (one chunk, a batch, states f32 / bf16 / V-first /
+// K-first / none, a pool with -1 indices in place, 2 sigmoid, no A_log / dt_bias, strided tokens,
+// saturated gates, collinear keys, 8192 tokens), the f16 operands' scale under inputs far from the
+// unit range, causality bit for bit (the scale changes with the rows after t0 within their chunk,
+// but a power-of-two scale commutes with f16 rounding in f16's normal range), bitwise reruns, graph
+// capture, and its workspace.
+Case wy64_case(int64_t B, int64_t T, int H) {
+  Case c;
+  c.B = B, c.T = T, c.H = c.HV = H;
+  c.g_dtype = DType::kBF16;
+  return c;
+}
+
+TEST(PrefillGpu, Wy64Oracle) {
+  FASTKDA_REQUIRE_GPU();
+  ScopedEnv env("FASTKDA_PREFILL_WY64", "1");
+  std::vector<std::pair<Case, std::string>> cases;
+  cases.emplace_back(wy64_case(1, 64, 2), "wy64 one chunk");
+  cases.emplace_back(wy64_case(1, 1024, 4), "wy64 T1024 H4");
+  {
+    Case c = wy64_case(3, 256, 2);
+    c.layout = StateLayout::kKFirst, c.init = InitState::kBF16, c.final_dtype = DType::kBF16;
+    c.beta_dtype = DType::kBF16;
+    cases.emplace_back(c, "wy64 B3 bf16 k-first");
+  }
+  {
+    Case c = wy64_case(2, 192, 2);
+    c.layout = StateLayout::kKFirst;
+    cases.emplace_back(c, "wy64 B2 f32 k-first");
+  }
+  {
+    Case c = wy64_case(1, 320, 3);
+    c.beta_mode = BetaMode::kTwoSigmoid, c.A_log = false, c.dt_bias = false;
+    c.lower_bound = -2.0f;
+    cases.emplace_back(c, "wy64 2sigmoid plain");
+  }
+  {
+    Case c = wy64_case(2, 128, 2);
+    c.init = InitState::kNone, c.final_state = false;
+    cases.emplace_back(c, "wy64 no states");
+  }
+  {
+    Case c = wy64_case(3, 192, 2);
+    c.pool = true, c.in_place = true;
+    cases.emplace_back(c, "wy64 pool in place");
+  }
+  {
+    Case c = wy64_case(2, 256, 2);
+    c.strided = true, c.scale = 0.3f;
+    cases.emplace_back(c, "wy64 strided");
+  }
+  {
+    Case c = wy64_case(1, 256, 2);
+    c.extreme_gates = 1.0;
+    cases.emplace_back(c, "wy64 saturated");
+  }
+  {
+    Case c = wy64_case(1, 128, 2);
+    c.collinear = true;
+    cases.emplace_back(c, "wy64 collinear");
+  }
+  cases.emplace_back(wy64_case(1, 8192, 2), "wy64 T8192");
+  for (const auto& [c, what] : cases) check_against_oracle(Problem(c), what.c_str());
+  // The f16 operands' scale (chunk_scale) far from the unit range: v x 2^12, v and the initial
+  // state x 2^-16, an initial state x 2^20 (then decaying), that with v x 2^-12.
+  struct Scaling {
+    const char* what;
+    float v, init;
+  };
+  for (const Scaling& sc :
+       {Scaling{"v x 2^12", 0x1p12f, 1.0f}, Scaling{"v, init x 2^-16", 0x1p-16f, 0x1p-16f},
+        Scaling{"init x 2^20", 1.0f, 0x1p20f},
+        Scaling{"init x 2^20, v x 2^-12", 0x1p-12f, 0x1p20f}}) {
+    Problem p(wy64_case(1, 320, 2));
+    for (size_t i = 0; i < p.v.size(); ++i) p.v.set(i, p.v.get(i) * sc.v);
+    for (size_t i = 0; i < p.init_state.size(); ++i)
+      p.init_state.set(i, p.init_state.get(i) * sc.init);
+    check_against_oracle(p, (std::string("wy64 ") + sc.what).c_str());
+  }
+}
+
+TEST(PrefillGpu, Wy64Invariants) {
+  FASTKDA_REQUIRE_GPU();
+  ScopedEnv env("FASTKDA_PREFILL_WY64", "1");
+  check_causal(Problem(wy64_case(1, 192, 2)), 37, "wy64");   // mid-chunk
+  check_causal(Problem(wy64_case(1, 192, 2)), 100, "wy64");  // the second chunk
+  Problem scaled(wy64_case(1, 192, 2));
+  for (size_t i = 0; i < scaled.v.size(); ++i) scaled.v.set(i, scaled.v.get(i) * 0x1p12f);
+  check_causal(scaled, 37, "wy64 v x 2^12");
+  const Problem p(wy64_case(2, 512, 3));
+  DeviceInputs d(p);
+  const Result a = run_gpu(p, d), b = run_gpu(p, d);
+  EXPECT_TRUE(a.out.same_bits(b.out)) << p.describe();
+  EXPECT_TRUE(a.state.same_bits(b.state)) << p.describe();
+  check_graph_capture(wy64_case(2, 256, 2));
+  // The workspace: per (sequence, head, chunk) its image (82432 B) and Tb (16384 B), then the
+  // ready flags (256-byte rounded) and the counter's 256 bytes.
+  DeviceBuf out(p.out_elems() * 2);
+  const fastkda::ForwardParams f = size_query_params(p, d, out.get());
+  const size_t items = 2 * (512 / 64) * 3;
+  EXPECT_EQ(fastkda::forward_workspace_size(f),
+            items * (82432 + 16384) + (items * 4 + 255) / 256 * 256 + 256);
+}
+
+// Where the pipeline cannot run, forcing it is an error naming the knob and what it needs (from
+// the size query, before anything is launched); the plan picks it by itself for 16-48 heads of
+// T >= 4096 (H32 T4096: the workspace of the images).
+TEST(PrefillGpu, Wy64Plan) {
+  FASTKDA_REQUIRE_GPU();
+  struct Bad {
+    Case c;
+    const char* needs;
+  };
+  std::vector<Bad> bad;
+  bad.push_back({wy64_case(1, 100, 2), "multiple of 64"});
+  bad.push_back({wy64_case(1, 128, 2), "bounded gate"});
+  bad.back().c.gate = GateMode::kSoftplus;
+  bad.push_back({wy64_case(1, 128, 2), "HV = H"});
+  bad.back().c.HV = 4;
+  bad.push_back({wy64_case(1, 128, 2), "bf16 g"});
+  bad.back().c.g_dtype = DType::kF32;
+  bad.push_back({wy64_case(1, 128, 2), "boundary"});
+  bad.back().c.boundary = true;
+  bad.push_back({wy64_case(1, 192, 2), "fixed-length"});
+  bad.back().c.seqlens = {64, 128};
+  for (const Bad& b : bad) {
+    const Problem p(b.c);
+    DeviceInputs d(p);
+    DeviceBuf out(p.out_elems() * 2);
+    fastkda::ForwardParams f = size_query_params(p, d, out.get());
+    DeviceBuf bnd(b.c.boundary ? size_t(p.boundary_rows() + 1) * p.row_elems() * 4 : 0);
+    if (b.c.boundary) {
+      f.boundary_states = bnd.get(), f.num_boundary_states = p.boundary_rows();
+      f.boundary_states_dtype = DType::kF32;
+    }
+    ScopedEnv env("FASTKDA_PREFILL_WY64", "1");
+    expect_error([&] { (void)fastkda::forward_workspace_size(f); }, "FASTKDA_PREFILL_WY64",
+                 b.needs);
+    expect_error([&] { (void)fastkda::forward_workspace_size(f); }, b.needs, b.needs);
+  }
+  const Problem p(wy64_case(1, 4096, 32));
+  DeviceInputs d(p);
+  DeviceBuf out(p.out_elems() * 2);
+  const fastkda::ForwardParams f = size_query_params(p, d, out.get());
+  const size_t items = 4096 / 64 * 32;
+  EXPECT_EQ(fastkda::forward_workspace_size(f),
+            items * (82432 + 16384) + (items * 4 + 255) / 256 * 256 + 256);
+  check_against_oracle(p, "wy64 auto H32 T4096");
 }
 
 }  // namespace

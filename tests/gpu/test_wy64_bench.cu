@@ -54,25 +54,6 @@ using namespace fastkda::device;
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
-__device__ __forceinline__ void mbar_arrive(uint64_t* m) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(m)) : "memory");
-}
-// Four 8 x 8 b16 matrices (here: 8 rows x 4 f32) from shared memory: lane l gives row l % 8 of
-// matrix l / 8 (16 bytes) and receives word l % 4 of row l / 4 of matrix i in r[i].
-__device__ __forceinline__ void ldmatrix_x4(const void* row, uint32_t (&r)[4]) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(row)))
-               : "memory");
-}
-// The same with each 8 x 8 b16 matrix transposed: lane l receives elements (2 (l % 4), l / 4) and
-// (2 (l % 4) + 1, l / 4) of matrix i in r[i].
-__device__ __forceinline__ void ldmatrix_x4_trans(const void* row, uint32_t (&r)[4]) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(row)))
-               : "memory");
-}
 constexpr int kChunk = 64;
 constexpr uint32_t kPqBytes = 32768;  // [-W; qs]: 8 k16 steps x 2 k cores x 16 n cores x 128 B
 constexpr uint32_t kKeBytes = 32768;  // ke: 4 k16 steps x (hi, lo) x 2 k cores x 16 n cores
@@ -193,7 +174,7 @@ __global__ void __launch_bounds__(128 + 128 * kWgs, 1)
                                       64 * hv0 + 8 * piece) = x;
           }
         bar_sync(1, 96);
-        if (threadIdx.x == 32) mbar_arrive(&bars.oempty[ob]);
+        if (threadIdx.x == 32) mbarrier_arrive(&bars.oempty[ob]);
       }
     return;
   }
@@ -287,10 +268,10 @@ __global__ void __launch_bounds__(128 + 128 * kWgs, 1)
     }
     wgmma_commit_group();
     wgmma_wait_group<1>();  // the products with S^T (part 0's readers) are done
-    mbar_arrive(&bars.empty[s][0]);
+    mbarrier_arrive(&bars.empty[s][0]);
     wgmma_wait_group<0>();
     wgmma_fence_operands(S);
-    mbar_arrive(&bars.empty[s][1]);
+    mbarrier_arrive(&bars.empty[s][1]);
     if constexpr (kOut) {
       wgmma_fence_operands(O);
       const int ob = c % kNb;
@@ -307,7 +288,7 @@ __global__ void __launch_bounds__(128 + 128 * kWgs, 1)
             pack_bf16x2(O[4 * i + 2], O[4 * i + 3]), pack_bf16x2(O[4 * i + 4], O[4 * i + 5]),
             pack_bf16x2(O[4 * i + 6], O[4 * i + 7]));
       }
-      mbar_arrive(&bars.ofull[ob]);
+      mbarrier_arrive(&bars.ofull[ob]);
     }
   }
   if (kProbe && tid == 0) {

@@ -50,6 +50,23 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float first, float second) {
   return r;
 }
 
+// Four 8 x 8 b16 matrices from shared memory: lane l gives the address of row l % 8 of matrix
+// l / 8 (16 bytes) and receives word l % 4 of row l / 4 of matrix i in r[i] (the mma fragment
+// layout; for f32 data, 8 rows x 4 values).
+__device__ __forceinline__ void ldmatrix_x4(const void* row, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(row)))
+               : "memory");
+}
+// The same with each matrix transposed: lane l receives elements (2 (l % 4), l / 4) and
+// (2 (l % 4) + 1, l / 4) of matrix i in r[i].
+__device__ __forceinline__ void ldmatrix_x4_trans(const void* row, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(row)))
+               : "memory");
+}
 // Four 8 x 8 b16 matrices from the mma fragment layout (lane 4 g + t holds row g, columns 2t and
 // 2t + 1 of matrix i in r_i, the lower column in the low half) to shared memory, transposed: row j
 // of stored matrix i (column j of the matrix) goes to the 16 bytes at the address of lane 8 i + j.
@@ -143,8 +160,8 @@ __device__ __forceinline__ void tma_load_2d(void* smem_dst, const void* tmap, in
                                             uint64_t* mbar) {
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%2, %3}], [%4];\n"
-      ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst))),
+      " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+          static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst))),
       "l"(tmap), "r"(c0), "r"(c1), "r"(static_cast<uint32_t>(__cvta_generic_to_shared(mbar)))
       : "memory");
 }
@@ -153,8 +170,8 @@ __device__ __forceinline__ void tma_load_3d(void* smem_dst, const void* tmap, in
                                             int c2, uint64_t* mbar) {
   asm volatile(
       "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%2, %3, %4}], [%5];\n"
-      ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst))),
+      " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(
+          static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst))),
       "l"(tmap), "r"(c0), "r"(c1), "r"(c2),
       "r"(static_cast<uint32_t>(__cvta_generic_to_shared(mbar)))
       : "memory");
@@ -187,6 +204,12 @@ __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* mbar, uint32
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(
                    static_cast<uint32_t>(__cvta_generic_to_shared(mbar))),
                "r"(bytes)
+               : "memory");
+}
+// One arrival on `mbar` (its phase completes with the expected count).
+__device__ __forceinline__ void mbarrier_arrive(uint64_t* mbar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(
+                   static_cast<uint32_t>(__cvta_generic_to_shared(mbar)))
                : "memory");
 }
 // Waits until the phase with parity `parity` of `mbar` has completed.

@@ -93,11 +93,11 @@ __device__ __forceinline__ void wgmma_m64n32k8_tf32_rs(float (&d)[16], const uin
 #define FASTKDA_WGMMA_D32_REGS                                              \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-#define FASTKDA_WGMMA_D64_REGS                                            \
-  FASTKDA_WGMMA_D32_REGS                                                  \
-      ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, "         \
-      "%43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, " \
-      "%56, %57, %58, %59, %60, %61, %62, %63"
+#define FASTKDA_WGMMA_D64_REGS                                        \
+  FASTKDA_WGMMA_D32_REGS                                              \
+  ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, "         \
+  "%43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, " \
+  "%56, %57, %58, %59, %60, %61, %62, %63"
 #define FASTKDA_WGMMA_D32_OPERANDS                                                                \
   "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),    \
@@ -110,6 +110,18 @@ __device__ __forceinline__ void wgmma_m64n32k8_tf32_rs(float (&d)[16], const uin
       "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), \
       "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), \
       "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+
+// D(64 x 64) (+)= A(64 x 8, tf32, registers) * B(8 x 64, tf32, smem K-major).
+__device__ __forceinline__ void wgmma_m64n64k8_tf32_rs(float (&d)[32], const uint32_t (&a)[4],
+                                                       SmemDesc desc_b, bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\n.reg .b64 desc;\nsetp.ne.b32 p, %38, 0;\nmov.b64 desc, {%36, %37};\n"
+      "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 " FASTKDA_WGMMA_D32_REGS
+      "}, {%32, %33, %34, %35}, desc, p, 1, 1;\n}\n"
+      : FASTKDA_WGMMA_D32_OPERANDS
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(desc_b.lo), "r"(desc_b.hi),
+        "r"(int(accumulate)));
+}
 
 // D(64 x 128) (+)= A(64 x 16, bf16, registers) * B(16 x 128, bf16, smem K-major, not transposed).
 __device__ __forceinline__ void wgmma_m64n128k16_bf16_rs(float (&d)[64], const uint32_t (&a)[4],

@@ -19,6 +19,7 @@
 #include "cuda/prefill/plan.h"
 #include "cuda/prefill/prefill_kernel.cuh"
 #include "cuda/prefill/split.cuh"
+#include "cuda/prefill/wy64.cuh"
 
 namespace fastkda::cuda {
 
@@ -81,10 +82,12 @@ EncodeTiled encode_tiled() {
 // of 16 bytes, checked by check_cuda_preconditions), read in boxes of box_rows x box_cols; rows
 // past the tensor read as zeros. With `blocks8`, the box lands in shared memory as blocks of 8
 // columns, [box_cols / 8][box_rows][8] (a 3-D map: 8 columns, rows, column blocks 16 bytes
-// apart), so that a warp reading one column of several rows hits different banks.
+// apart), so that a warp reading one column of several rows hits different banks. `swizzle`:
+// the box's 16-byte pieces XOR-swizzled (CU_TENSOR_MAP_SWIZZLE_*; 2-D maps).
 CUtensorMap tensor_map(const void* base, CUtensorMapDataType type, int elem_bytes, int64_t rows,
                        int64_t cols, int64_t stride, int box_cols, int box_rows,
-                       bool blocks8 = false) {
+                       bool blocks8 = false,
+                       CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_NONE) {
   CUtensorMap m;
   const cuuint64_t row_bytes = cuuint64_t(stride) * cuuint64_t(elem_bytes);
   const cuuint64_t dims2[2] = {cuuint64_t(cols), cuuint64_t(rows)};
@@ -97,10 +100,9 @@ CUtensorMap tensor_map(const void* base, CUtensorMapDataType type, int elem_byte
   const CUresult r = encode_tiled()(
       &m, type, blocks8 ? 3 : 2, const_cast<void*>(base), blocks8 ? dims3 : dims2,
       blocks8 ? strides3 : strides2, blocks8 ? box3 : box2, steps, CU_TENSOR_MAP_INTERLEAVE_NONE,
-      CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  FASTKDA_CHECK(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled: error ", int(r), " for a [", rows,
-                ", ", cols, "] tensor with a row stride of ", stride, " elements",
+      swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  FASTKDA_CHECK(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled: error ", int(r), " for a [", rows, ", ",
+                cols, "] tensor with a row stride of ", stride, " elements",
                 blocks8 ? " (as blocks of 8 columns)" : "");
   return m;
 }
@@ -176,8 +178,7 @@ int sm_count(int device) {
 template <int kVs, prefill_cuda::Pass kPass, bool kF16 = false>
 void launch(const PrefillArgs& a, int64_t ctas, bool pdl, cudaStream_t stream) {
   constexpr size_t smem = prefill_cuda::shared_bytes<kVs>();
-  constexpr int threads =
-      prefill_cuda::block_threads<kVs, prefill_cuda::kPairLayout<kPass>>();
+  constexpr int threads = prefill_cuda::block_threads<kVs, prefill_cuda::kPairLayout<kPass>>();
   auto* kernel = prefill_cuda::prefill_kernel<kVs, kPass, kF16>;
   FASTKDA_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
@@ -290,6 +291,56 @@ void check_launch_limits(const ForwardParams& p) {
                 slots, " chunk slots x ", p.HV, " heads");
 }
 
+// The 64-token WY pipeline's workspace (Plan::wy64): per (sequence, head, chunk) item its image
+// and its Tb, then the ready flags and the producer's counter (zeroed together).
+int64_t wy64_items(const ForwardParams& p) { return p.B * (p.T / 64) * p.H; }
+size_t wy64_flag_bytes(const ForwardParams& p) {
+  return (size_t(wy64_items(p)) * sizeof(uint32_t) + 255) / 256 * 256 + 256;
+}
+size_t wy64_ws_bytes(const ForwardParams& p) {
+  return size_t(wy64_items(p)) * (prefill_cuda::wy64::kImgBytes + prefill_cuda::wy64::kTbBytes) +
+         wy64_flag_bytes(p);
+}
+
+// The producer (two CTAs per SM, each taking items from the counter; those on the first N x H SMs
+// none), then the scan behind it by PDL (one CTA per sequence and head, on the SMs the producer
+// leaves): the scan waits for each chunk's ready flag, so it needs no grid dependency.
+void launch_wy64(const ForwardParams& p, const Strides& s, PrefillArgs& a, const Plan& plan,
+                 cudaStream_t stream) {
+  namespace wy = prefill_cuda::wy64;
+  const int64_t items = wy64_items(p);
+  char* const ws = static_cast<char*>(p.workspace);
+  a.wy_img = reinterpret_cast<unsigned char*>(ws);
+  a.wy_tb = a.wy_img + size_t(items) * wy::kImgBytes;
+  a.wy_ready = reinterpret_cast<uint32_t*>(a.wy_tb + size_t(items) * wy::kTbBytes);
+  a.wy_counter = a.wy_ready + (wy64_flag_bytes(p) - 256) / sizeof(uint32_t);
+  a.wy_chunks = int(p.T / 64);
+  a.wy_idle_sms = int(a.num_seq * p.H);
+  a.tm_v = tensor_map(p.v, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, p.B * p.T, int64_t(p.H) * 128, s.v,
+                      64, 64, false, CU_TENSOR_MAP_SWIZZLE_128B);
+  FASTKDA_CUDA_CHECK(cudaMemsetAsync(a.wy_ready, 0, wy64_flag_bytes(p), stream));
+  constexpr int kProducerSmem = int(sizeof(wy::producer::Smem));
+  FASTKDA_CUDA_CHECK(cudaFuncSetAttribute(
+      wy::producer::producer_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kProducerSmem));
+  const int64_t grid = std::min<int64_t>(items, 2 * int64_t(plan.sms));
+  wy::producer::producer_kernel<<<unsigned(grid), wy::producer::kThreads, kProducerSmem, stream>>>(
+      a);
+  FASTKDA_CUDA_CHECK(cudaGetLastError());
+  FASTKDA_CUDA_CHECK(cudaFuncSetAttribute(
+      wy::scan_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(wy::Layout::kSmem)));
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(unsigned(a.num_seq * p.H));
+  config.blockDim = dim3(wy::kScanThreads);
+  config.dynamicSmemBytes = wy::Layout::kSmem;
+  config.stream = stream;
+  cudaLaunchAttribute serialization{};
+  serialization.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  serialization.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &serialization;
+  config.numAttrs = 1;
+  FASTKDA_CUDA_CHECK(cudaLaunchKernelEx(&config, wy::scan_kernel, a));
+}
+
 }  // namespace
 
 // 0 for shapes the CUDA prefill rejects (prefill() then names the argument).
@@ -297,6 +348,7 @@ size_t prefill_workspace_size(const ForwardParams& p) {
   if (p.K != prefill_cuda::kK || p.V != prefill_cuda::kV) return 0;
   check_launch_limits(p);
   const Plan plan = choose_plan(p, num_sequences(p), sm_count(p.device_index));
+  if (plan.wy64) return wy64_ws_bytes(p);
   return chunk_ws_bytes(p) + seg_ws_bytes(p, plan) + order_ws_bytes(p, plan) +
          stream_ws_bytes(p, plan) + slot_map_bytes(p, plan);
 }
@@ -315,6 +367,11 @@ void prefill(const ForwardParams& p) {
   const int64_t slots = chunk_slots(p);  // within the launch limits (validation: the size query)
   a.chunk_slots = slots;
   const Plan plan = choose_plan(p, num_seq, sm_count(p.device_index));
+  auto stream = static_cast<cudaStream_t>(p.stream);
+  if (plan.wy64) {
+    launch_wy64(p, s, a, plan, stream);
+    return;
+  }
   a.vsplit = plan.vsplit;
   make_load_maps(p, s, plan.vsplit, a);
   a.seg_chunks = plan.seg_chunks;
@@ -352,7 +409,6 @@ void prefill(const ForwardParams& p) {
   FASTKDA_CHECK(num_seq * p.HV <= int64_t(INT32_MAX),
                 "N * HV: expected at most 2^31 - 1 (sequence, head) pairs per launch, got ",
                 num_seq, " x ", p.HV);
-  auto stream = static_cast<cudaStream_t>(p.stream);
   if (order) {
     const unsigned blocks =
         unsigned((num_seq + prefill_cuda::kOrderThreads - 1) / prefill_cuda::kOrderThreads);
@@ -360,10 +416,10 @@ void prefill(const ForwardParams& p) {
     FASTKDA_CUDA_CHECK(cudaGetLastError());
   }
   if (slot_map) {
-    const unsigned blocks = unsigned((slots + prefill_cuda::kSlotMapThreads - 1) /
-                                     prefill_cuda::kSlotMapThreads);
-    prefill_cuda::slot_map_kernel<<<blocks, prefill_cuda::kSlotMapThreads, 0, stream>>>(
-        a, slots, slot_map);
+    const unsigned blocks =
+        unsigned((slots + prefill_cuda::kSlotMapThreads - 1) / prefill_cuda::kSlotMapThreads);
+    prefill_cuda::slot_map_kernel<<<blocks, prefill_cuda::kSlotMapThreads, 0, stream>>>(a, slots,
+                                                                                        slot_map);
     FASTKDA_CUDA_CHECK(cudaGetLastError());
   }
   // The intra work runs one chunk per warp (intra_warp.cuh), the bounded gate's with two anchors
@@ -379,10 +435,10 @@ void prefill(const ForwardParams& p) {
                      a);
   } else {
     const int64_t ctas = (slots + prefill_cuda::kIntraWarps - 1) / prefill_cuda::kIntraWarps;
-    launch_with_smem(bounded ? prefill_cuda::intra_warp_kernel<true>
-                             : prefill_cuda::intra_warp_kernel<false>,
-                     dim3(unsigned(ctas), unsigned(p.HV)), 32 * prefill_cuda::kIntraWarps,
-                     sizeof(prefill_cuda::IntraWarpPlan), stream, a);
+    launch_with_smem(
+        bounded ? prefill_cuda::intra_warp_kernel<true> : prefill_cuda::intra_warp_kernel<false>,
+        dim3(unsigned(ctas), unsigned(p.HV)), 32 * prefill_cuda::kIntraWarps,
+        sizeof(prefill_cuda::IntraWarpPlan), stream, a);
   }
   a.jobs = ctas;
   if (!plan.seg_chunks) {

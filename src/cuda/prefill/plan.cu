@@ -1,7 +1,5 @@
 // The prefill's launch plan (plan.h): one cost model of the passes, fitted to measured H200
 // times, and the tuning knobs that override it.
-#include "cuda/prefill/plan.h"
-
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -13,6 +11,7 @@
 
 #include "common.h"
 #include "cuda/prefill/config.h"
+#include "cuda/prefill/plan.h"
 
 namespace fastkda::cuda {
 
@@ -28,9 +27,9 @@ namespace {
 // CTAs per (sequence, value head): FASTKDA_PREFILL_VSPLIT=1|2|4 forces the value split (1, 2 or
 // 4 CTAs of kVs = 128, 64 or 32 value rows); 0 returned when not forced (choose_split decides).
 int env_vsplit() {
-  return int(env_knob("FASTKDA_PREFILL_VSPLIT", "1, 2 or 4",
-                      [](int64_t v) { return v == 1 || v == 2 || v == 4; })
-                 .value_or(0));
+  return int(env_knob("FASTKDA_PREFILL_VSPLIT", "1, 2 or 4", [](int64_t v) {
+               return v == 1 || v == 2 || v == 4;
+             }).value_or(0));
 }
 
 // Longest-first CTA order (order.cuh) for varlen batches whose scan grid needs more than one wave
@@ -84,9 +83,8 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
   const int forced_vs = env_vsplit();  // 0: not forced
   const int64_t interval = ForwardParams::kBoundaryInterval;
   const std::optional<int64_t> forced_seg =
-      env_knob("FASTKDA_PREFILL_SEG", "0 or a multiple of 64 tokens up to 2^24", [&](int64_t v) {
-        return v >= 0 && v % interval == 0 && v <= (int64_t(1) << 24);
-      });
+      env_knob("FASTKDA_PREFILL_SEG", "0 or a multiple of 64 tokens up to 2^24",
+               [&](int64_t v) { return v >= 0 && v % interval == 0 && v <= (int64_t(1) << 24); });
   const double chunks = num_seq > 0 ? double(p.B * p.T) / double(num_seq) / prefill_cuda::kC : 0;
   auto waves = [&](int64_t ctas) { return double((ctas + sms - 1) / sms); };
   // kVs = 128: 1.38 since session 15 (the prepare's truncated operands, gate FMA and v^T pairs:
@@ -273,9 +271,8 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
   }
   // FASTKDA_PREFILL_SEG0=<tokens>: segment 0's length (with a forced segment length, not shorter).
   const std::optional<int64_t> forced_seg0 =
-      env_knob("FASTKDA_PREFILL_SEG0", "a multiple of 64 tokens up to 2^24", [&](int64_t v) {
-        return v > 0 && v % interval == 0 && v <= (int64_t(1) << 24);
-      });
+      env_knob("FASTKDA_PREFILL_SEG0", "a multiple of 64 tokens up to 2^24",
+               [&](int64_t v) { return v > 0 && v % interval == 0 && v <= (int64_t(1) << 24); });
   FASTKDA_CHECK(!forced_seg0 || (forced_seg && *forced_seg0 >= *forced_seg && *forced_seg > 0),
                 "FASTKDA_PREFILL_SEG0: expected a length >= FASTKDA_PREFILL_SEG (set, not 0), got ",
                 *forced_seg0, " with FASTKDA_PREFILL_SEG ",
@@ -390,6 +387,48 @@ bool use_persistent(const ForwardParams& p, int64_t num_seq, const Plan& plan, i
   return double(p.B * p.T) / double(num_seq) <= 256.0;
 }
 
+// The 64-token WY pipeline (wy64.cuh; docs/prefill.md, sessions 38-42): a producer kernel makes
+// every chunk's operands on the SMs the scan leaves free (one scan CTA per sequence and head), so
+// it pays where a few sequences of 16-48 heads leave most SMs to it and the sequences are short
+// enough that the scan's chain does not bound it. Measured (H200, session 42, BENCHMARKS.md), H32
+// against the other plans in the same calls: T4096 0.221 ms against 0.240, T16384 0.767 against
+// 0.767-0.773, T65536 2.95 against 2.87-2.89 (its scan: ~1.9 us of tensor work per 64 tokens at
+// two warpgroups, which the split-T plans spread over more SMs). Chosen for T in [4096, 8192]
+// (T8192 not measured: between the two). Its workspace holds every chunk's image, ~96 KiB per 64
+// tokens and head (up to kWy64AutoBytes). FASTKDA_PREFILL_WY64=0 / 1 forces it off / on (on: an
+// error where it cannot run).
+}  // namespace
+
+constexpr double kWy64AutoBytes = 4.0 * (1ull << 30);
+const char* wy64_unsupported(const ForwardParams& p, int64_t num_seq, int sms) {  // plan.h
+  if (p.cu_seqlens) return "a fixed-length batch (no cu_seqlens)";
+  if (p.HV != p.H) return "HV = H";
+  if (p.gate_mode != GateMode::kBounded) return "the bounded gate";
+  if (p.g_dtype != DType::kBF16) return "a bf16 g";
+  if (!p.l2norm_qk || p.beta_mode == BetaMode::kGiven)
+    return "l2norm'd q and k and an activated beta";
+  if (p.boundary_states) return "no boundary states";
+  if (p.T <= 0 || p.T % 64 != 0) return "T a positive multiple of 64";
+  if (num_seq * p.H > sms - 8) return "at most (SMs - 8) sequences x heads";
+  if (p.B * p.T / 64 * p.H > int64_t(INT32_MAX)) return "at most 2^31 - 1 chunks x heads";
+  return nullptr;
+}
+namespace {
+bool use_wy64(const ForwardParams& p, int64_t num_seq, int sms) {
+  const std::optional<int64_t> forced =
+      env_knob("FASTKDA_PREFILL_WY64", "0 or 1", [](int64_t v) { return v == 0 || v == 1; });
+  const char* why = wy64_unsupported(p, num_seq, sms);
+  if (forced) {
+    FASTKDA_CHECK(*forced == 0 || why == nullptr,
+                  "FASTKDA_PREFILL_WY64: 1 (the 64-token WY pipeline) needs ", why);
+    return *forced == 1;
+  }
+  const int64_t heads = num_seq * p.H;
+  const double bytes = double(p.B * p.T / 64 * p.H) * 98816.0;  // image + Tb
+  return why == nullptr && heads >= 16 && heads <= 48 && p.T >= 4096 && p.T <= 8192 &&
+         bytes <= kWy64AutoBytes;
+}
+
 // What the plan depends on: the shape, the gate, the scan's operands, the SM count and the tuning
 // knobs as set.
 struct PlanKey {
@@ -397,15 +436,16 @@ struct PlanKey {
   bool varlen = false;
   GateMode gate{};
   bool f16 = false;
+  bool wy64_ok = false;  // wy64_unsupported() is null
   int sms = 0;
-  std::array<std::string, 10> knobs;
+  std::array<std::string, 11> knobs;
   bool operator==(const PlanKey&) const = default;
 };
-constexpr const char* kPlanKnobs[10] = {
-    "FASTKDA_PREFILL_VSPLIT",  "FASTKDA_PREFILL_SEG",     "FASTKDA_PREFILL_SEG0",
-    "FASTKDA_PREFILL_FIRST_OUT", "FASTKDA_PREFILL_STREAM", "FASTKDA_PREFILL_RETIRE",
-    "FASTKDA_PREFILL_ORDER",   "FASTKDA_PREFILL_PERSIST", "FASTKDA_PREFILL_PAIR",
-    "FASTKDA_PREFILL_COMBINE_ROWS"};
+constexpr const char* kPlanKnobs[11] = {
+    "FASTKDA_PREFILL_VSPLIT",       "FASTKDA_PREFILL_SEG",     "FASTKDA_PREFILL_SEG0",
+    "FASTKDA_PREFILL_FIRST_OUT",    "FASTKDA_PREFILL_STREAM",  "FASTKDA_PREFILL_RETIRE",
+    "FASTKDA_PREFILL_ORDER",        "FASTKDA_PREFILL_PERSIST", "FASTKDA_PREFILL_PAIR",
+    "FASTKDA_PREFILL_COMBINE_ROWS", "FASTKDA_PREFILL_WY64"};
 
 }  // namespace
 
@@ -419,11 +459,21 @@ bool f16_scan(const ForwardParams& p) {  // plan.h
 // reused for the same key. Knob values are compared as set, so a bad one is parsed, and raises its
 // error, on every call (a plan is kept only once computed).
 Plan choose_plan(const ForwardParams& p, int64_t num_seq, int sms) {
-  PlanKey key{p.B, p.T, p.HV, num_seq, p.cu_seqlens != nullptr, p.gate_mode, f16_scan(p), sms, {}};
+  PlanKey key{p.B,
+              p.T,
+              p.HV,
+              num_seq,
+              p.cu_seqlens != nullptr,
+              p.gate_mode,
+              f16_scan(p),
+              wy64_unsupported(p, num_seq, sms) == nullptr,
+              sms,
+              {}};
   for (size_t i = 0; i < std::size(kPlanKnobs); ++i)
     if (const char* v = std::getenv(kPlanKnobs[i])) key.knobs[i] = v;
   thread_local std::optional<std::pair<PlanKey, Plan>> last;
   if (last && last->first == key) return last->second;
+  const bool wy64 = use_wy64(p, num_seq, sms);
   Plan plan = choose_split(p, num_seq, sms);
   plan.longest_first = use_longest_first(p, num_seq, plan, sms);
   plan.persistent = use_persistent(p, num_seq, plan, sms);
@@ -432,6 +482,11 @@ Plan choose_plan(const ForwardParams& p, int64_t num_seq, int sms) {
   plan.f16 = key.f16;
   const int combine_rows = use_combine_rows(p, num_seq, sms);  // (a bad knob raises for any plan)
   if (plan.seg_chunks) plan.combine_rows = combine_rows;
+  if (wy64) {  // the other knobs were checked all the same
+    plan = Plan{};
+    plan.wy64 = true;
+    plan.sms = sms;
+  }
   last.emplace(key, plan);
   return plan;  // streamed plans are one-wave unsplit scans: neither ordered nor persistent
 }

@@ -14,9 +14,9 @@ namespace fastkda::cuda {
 struct Plan {
   int vsplit = 1;
   int seg_chunks = 0;
-  int seg0_chunks = 0;     // split T: segment 0 (>= seg_chunks; PrefillArgs::seg0_chunks)
-  bool first_out = false;  // split T: segment 0's outputs in pass 1 (PrefillArgs::first_out)
-  bool pairs = false;      // split T's pass 1 as Pass::kPairs (vsplit 1, first_out)
+  int seg0_chunks = 0;         // split T: segment 0 (>= seg_chunks; PrefillArgs::seg0_chunks)
+  bool first_out = false;      // split T: segment 0's outputs in pass 1 (PrefillArgs::first_out)
+  bool pairs = false;          // split T's pass 1 as Pass::kPairs (vsplit 1, first_out)
   bool longest_first = false;  // order_kernel before the scan (varlen, more CTAs than SMs)
   bool persistent = false;     // unsplit scan on min(jobs, SMs) CTAs, each walking its jobs
   int sms = 0;
@@ -29,7 +29,13 @@ struct Plan {
   bool slot_map = false;  // varlen intra grid: slot_map_kernel before it (order.cuh)
   bool f16 = false;       // the kVs = 128 scan on f16 operands (f16_scan)
   int combine_rows = 16;  // split T: rows of S^T per combine CTA (16 or 32; use_combine_rows)
+  // The 64-token WY pipeline (wy64.cuh: a producer kernel of chunk images and a scan behind it),
+  // instead of everything above (use_wy64).
+  bool wy64 = false;
 };
+
+// Why the 64-token WY pipeline cannot run p (num_seq sequences, `sms` SMs), or null when it can.
+const char* wy64_unsupported(const ForwardParams& p, int64_t num_seq, int sms);
 
 // Whether the kVs = 128 scan (vsplit 1: unsplit and every split-T pass) takes f16 operands for
 // P^T and O^T with a scaled state (scan.cuh WarpScale): only where the state rows have a bound,
