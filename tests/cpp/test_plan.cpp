@@ -53,7 +53,14 @@ std::string describe(const Plan& q) {
          std::to_string(q.retire_tile) + " of " + std::to_string(q.intra_tiles) +
          " tiles), longest_first " + std::to_string(q.longest_first) + ", persistent " +
          std::to_string(q.persistent) + ", slot_map " + std::to_string(q.slot_map) + ", f16 " +
-         std::to_string(q.f16) + ", combine_rows " + std::to_string(q.combine_rows);
+         std::to_string(q.f16) + ", combine_rows " + std::to_string(q.combine_rows) + ", wy64 " +
+         std::to_string(q.wy64);
+}
+// The 64-token WY pipeline's plan: nothing else of the plan is used.
+Plan wy64_plan() {
+  Plan q;
+  q.wy64 = true;
+  return q;
 }
 
 // The expected plans of the benchmark rows (BenchmarkShapesOnH200).
@@ -108,8 +115,7 @@ TEST(PrefillPlan, BenchmarkShapesOnH200) {
       {"H64 fixed T8192", 8192, 64, 1, false, unsplit(2), unsplit(2)},
       {"H64 varlen six", 8192, 64, 6, true, longest, longest},
       {"H64 varlen 1024x8", 8192, 64, 8, true, longest, longest},
-      {"H32 T4096", 4096, 32, 1, false, split(40, 96, true, 256 * 32, 32),
-       streamed(unsplit(2), 256 * 32, 68, 0)},
+      {"H32 T4096", 4096, 32, 1, false, wy64_plan(), streamed(unsplit(2), 256 * 32, 68, 0)},
       {"H32 T16384", 16384, 32, 1, false, split(164, 368, true, 1024 * 32, 32),
        split(148, 432, true, 1024 * 32, 32)},
       {"H32 T65536", 65536, 32, 1, false, split(656, 1472, true, 4096 * 32, 32),
@@ -122,7 +128,7 @@ TEST(PrefillPlan, BenchmarkShapesOnH200) {
     for (const GateMode gate : {GateMode::kBounded, GateMode::kSoftplus}) {
       Plan want = gate == GateMode::kBounded ? r.bounded : r.softplus;
       want.sms = kH200Sms;
-      want.f16 = true;  // l2norm'd keys, sigmoid beta (ForwardParams' defaults), gate <= 0
+      want.f16 = !want.wy64;  // l2norm'd keys, sigmoid beta (ForwardParams' defaults), gate <= 0
       EXPECT_EQ(describe(plan_of(shape(r.T, r.HV, r.num_seq, r.varlen, gate))), describe(want))
           << r.name << ", " << fastkda::to_string(gate);
     }
@@ -133,6 +139,9 @@ TEST(PrefillPlan, BenchmarkShapesOnH200) {
 // that moves the choice between split T with pairs (f16) and the unsplit streamed scan at
 // vsplit 2 (tf32), so a plan kept for one mode must not serve another of the same shape.
 TEST(PrefillPlan, ScanOperandsInThePlanAndItsKey) {
+  // The split-T and streamed plans (the WY pipeline, which this shape takes by default, keeps its
+  // own operands: Wy64WhereItRuns).
+  ScopedEnv no_wy64("FASTKDA_PREFILL_WY64", "0");
   const Plan f16_split = split(40, 96, true, 256 * 32, 32);
   const Plan tf32_streamed = streamed(unsplit(2), 256 * 32, 68, 0);
   ForwardParams p = shape(4096, 32);
@@ -170,11 +179,10 @@ TEST(PrefillPlan, InvariantsOverShapesGatesAndSmCounts) {
             if (varlen && T < num_seq) continue;
             const ForwardParams p = shape(T, hv, num_seq, varlen, gate);
             const Plan q = plan_of(p, sms);
-            const std::string what = "sms " + std::to_string(sms) + " gate " +
-                                     fastkda::to_string(gate) + " HV " + std::to_string(hv) +
-                                     " T " + std::to_string(T) + " sequences " +
-                                     std::to_string(num_seq) + (varlen ? " varlen" : " fixed") +
-                                     ": " + describe(q);
+            const std::string what =
+                "sms " + std::to_string(sms) + " gate " + fastkda::to_string(gate) + " HV " +
+                std::to_string(hv) + " T " + std::to_string(T) + " sequences " +
+                std::to_string(num_seq) + (varlen ? " varlen" : " fixed") + ": " + describe(q);
             const int64_t heads = num_seq * hv, jobs = heads * q.vsplit;
             EXPECT_EQ(q.sms, sms) << what;
             EXPECT_TRUE(q.vsplit == 1 || q.vsplit == 2 || q.vsplit == 4) << what;
@@ -282,14 +290,53 @@ TEST(PrefillPlan, KnobsForceThePlan) {
 
 // A bad value is an error naming the variable, the expectation and the value, also where the knob
 // would have no effect (the size query raises it before any launch).
+// The 64-token WY pipeline (plan.cu use_wy64): chosen by itself for 16-48 heads of one
+// fixed-length batch, T in [4096, 8192], the bounded gate, bf16 g, HV = H; never where it cannot
+// run (forcing it there is an error naming the knob and what it needs); forced on, it runs any
+// supported shape.
+TEST(PrefillPlan, Wy64WhereItRuns) {
+  EXPECT_TRUE(plan_of(shape(4096, 32)).wy64);
+  EXPECT_TRUE(plan_of(shape(8192, 16)).wy64);
+  EXPECT_TRUE(plan_of(shape(4096, 16, 3)).wy64);  // 48 sequences x heads
+  EXPECT_FALSE(plan_of(shape(16384, 32)).wy64);
+  EXPECT_FALSE(plan_of(shape(2048, 32)).wy64);
+  EXPECT_FALSE(plan_of(shape(8192, 64)).wy64);
+  EXPECT_FALSE(plan_of(shape(4096, 32, 1, false, GateMode::kSoftplus)).wy64);
+  EXPECT_FALSE(plan_of(shape(4096, 32, 8, true)).wy64);  // varlen
+  ForwardParams f32_g = shape(4096, 32), gva = shape(4096, 32), odd_t = shape(4100, 32);
+  f32_g.g_dtype = fastkda::DType::kF32;
+  gva.H = 8;
+  EXPECT_FALSE(plan_of(f32_g).wy64);
+  EXPECT_FALSE(plan_of(gva).wy64);
+  EXPECT_FALSE(plan_of(odd_t).wy64);
+  ScopedEnv on("FASTKDA_PREFILL_WY64", "1");
+  EXPECT_TRUE(plan_of(shape(64, 2)).wy64);
+  EXPECT_TRUE(plan_of(shape(65536, 32)).wy64);
+  for (const auto& [q, needs] :
+       {std::pair{f32_g, "a bf16 g"}, std::pair{gva, "HV = H"}, std::pair{odd_t, "multiple of 64"},
+        std::pair{shape(4096, 32, 8, true), "fixed-length"},
+        std::pair{shape(4096, 125), "SMs - 8"}}) {
+    try {
+      plan_of(q);
+      ADD_FAILURE() << needs << ": forced on, accepted";
+    } catch (const fastkda::Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("FASTKDA_PREFILL_WY64"), std::string::npos) << msg;
+      EXPECT_NE(msg.find(needs), std::string::npos) << msg;
+    }
+  }
+  ScopedEnv off("FASTKDA_PREFILL_WY64", "0");
+  EXPECT_FALSE(plan_of(shape(4096, 32)).wy64);
+}
+
 TEST(PrefillPlan, BadKnobValuesRaiseNamingTheVariable) {
   const std::pair<const char*, const char*> bad[] = {
-      {"FASTKDA_PREFILL_VSPLIT", "3"},     {"FASTKDA_PREFILL_VSPLIT", "2x"},
-      {"FASTKDA_PREFILL_SEG", "100"},      {"FASTKDA_PREFILL_SEG", "-64"},
-      {"FASTKDA_PREFILL_FIRST_OUT", "2"},  {"FASTKDA_PREFILL_PAIR", "yes"},
-      {"FASTKDA_PREFILL_STREAM", "-1"},    {"FASTKDA_PREFILL_RETIRE", "101"},
-      {"FASTKDA_PREFILL_ORDER", "1.0"},    {"FASTKDA_PREFILL_PERSIST", " 1"},
-      {"FASTKDA_PREFILL_COMBINE_ROWS", "64"},
+      {"FASTKDA_PREFILL_VSPLIT", "3"},        {"FASTKDA_PREFILL_VSPLIT", "2x"},
+      {"FASTKDA_PREFILL_SEG", "100"},         {"FASTKDA_PREFILL_SEG", "-64"},
+      {"FASTKDA_PREFILL_FIRST_OUT", "2"},     {"FASTKDA_PREFILL_PAIR", "yes"},
+      {"FASTKDA_PREFILL_STREAM", "-1"},       {"FASTKDA_PREFILL_RETIRE", "101"},
+      {"FASTKDA_PREFILL_ORDER", "1.0"},       {"FASTKDA_PREFILL_PERSIST", " 1"},
+      {"FASTKDA_PREFILL_COMBINE_ROWS", "64"}, {"FASTKDA_PREFILL_WY64", "2"},
   };
   for (const auto& [name, value] : bad) {
     ScopedEnv knob(name, value);

@@ -411,14 +411,11 @@ __global__ void __launch_bounds__(kThreads, 2)
         }
         // X_II = (I + N_II)^-1 in place, by forward substitution, two blocks per warp: warp 0
         // inverts blocks 0 and 1, warp 2 blocks 2 and 3 (lane l: block warp + l / 16, column l %
-        // 16), once warps 1 / 3 have made N_11 / N_33 (a barrier per warp pair); those go on to a
+        // 16), once warps 1 / 3 have made N_11 / N_33 (a CTA barrier after every warp's first
+        // pair; session 42: a named barrier per warp pair, which compute-sanitizer's racecheck
+        // did not follow, reported hazards across the later __syncthreads); warps 1 / 3 go on to a
         // second pair.
-        if (I == J) {  // ids as constants: ptxas reserves every barrier for a register id
-          if (warp < 2)
-            bar_sync(1, 64);
-          else
-            bar_sync(2, 64);
-        }
+        if (jb == 0) __syncthreads();  // every warp's first pair: the diagonal N blocks made
         if (I == J && warp % 2 == 0) {
           const float* nbi = &sm.nb[nb_index(warp + lane / 16, warp + lane / 16)][0][0];
           const int col = lane % 16;
