@@ -82,7 +82,7 @@ struct PrefillArgs {
   unsigned char* wy_img;
   unsigned char* wy_tb;
   uint32_t* wy_ready;    // [N, H, wy_chunks]
-  uint32_t* wy_counter;  // items taken
+  uint32_t* wy_counter;  // [0] items taken, [1] the producer CTAs that started on the scan's SMs
   int wy_chunks;         // chunks of 64 tokens per sequence (T / 64)
   int wy_idle_sms;       // the producer's CTAs on SMs below this take no item (the scan's SMs)
   int64_t jobs;          // scan jobs (CTA-sized units); the grid may be smaller (persistent

@@ -303,8 +303,9 @@ size_t wy64_ws_bytes(const ForwardParams& p) {
 }
 
 // The producer (two CTAs per SM, each taking items from the counter; those on the first N x H SMs
-// none), then the scan behind it by PDL (one CTA per sequence and head, on the SMs the producer
-// leaves): the scan waits for each chunk's ready flag, so it needs no grid dependency.
+// none, unless the whole grid landed there), then the scan behind it by PDL (one CTA per sequence
+// and head, on the SMs the producer leaves): the scan waits for each chunk's ready flag, so it
+// needs no grid dependency.
 void launch_wy64(const ForwardParams& p, const Strides& s, PrefillArgs& a, const Plan& plan,
                  cudaStream_t stream) {
   namespace wy = prefill_cuda::wy64;
@@ -322,7 +323,8 @@ void launch_wy64(const ForwardParams& p, const Strides& s, PrefillArgs& a, const
   constexpr int kProducerSmem = int(sizeof(wy::producer::Smem));
   FASTKDA_CUDA_CHECK(cudaFuncSetAttribute(
       wy::producer::producer_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kProducerSmem));
-  const int64_t grid = std::min<int64_t>(items, 2 * int64_t(plan.sms));
+  // Two CTAs on every SM (also for few items: the first wave covers the SMs the scan leaves).
+  const int64_t grid = 2 * int64_t(plan.sms);
   wy::producer::producer_kernel<<<unsigned(grid), wy::producer::kThreads, kProducerSmem, stream>>>(
       a);
   FASTKDA_CUDA_CHECK(cudaGetLastError());

@@ -168,13 +168,19 @@ __global__ void __launch_bounds__(kThreads, 2)
   // CTAs (a grid of what the SMs hold at once), each staging its next item's q, k, g rows in
   // shared memory during W (session 39, H32 T16384: one item per CTA 0.581 ms, persistent 0.599,
   // staged 0.553). The CTAs on SMs < a.wy_idle_sms take none: the scan, launched behind this
-  // kernel, takes those SMs (session 41).
+  // kernel, takes those SMs (session 41). Unless every CTA of the grid landed there (another
+  // kernel holding the other SMs; wy_counter[1] counts them): then the last one makes every item,
+  // since the scan waits for them and the producer must never wait for the scan.
   const int heads = int(a.num_seq) * a.H, items = a.wy_chunks * heads;  // <= 2^31 - 1 (host)
   auto take = [&]() {                                                   // one thread
     const int it = int(atomicAdd(a.wy_counter, 1u));
     return it < items ? it : -1;
   };
-  if (tid == 0) sm.next_item = int(sm_id()) < a.wy_idle_sms ? -1 : take();
+  if (tid == 0) {
+    const bool idle = int(sm_id()) < a.wy_idle_sms &&
+                      atomicAdd(a.wy_counter + 1, 1u) + 1 < gridDim.x;  // not the last idle one
+    sm.next_item = idle ? -1 : take();
+  }
   __syncthreads();
   griddep_launch_dependents();  // the scan launched behind it by PDL may start
   int next = sm.next_item;
