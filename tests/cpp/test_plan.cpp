@@ -179,10 +179,11 @@ TEST(PrefillPlan, InvariantsOverShapesGatesAndSmCounts) {
             if (varlen && T < num_seq) continue;
             const ForwardParams p = shape(T, hv, num_seq, varlen, gate);
             const Plan q = plan_of(p, sms);
-            const std::string what =
-                "sms " + std::to_string(sms) + " gate " + fastkda::to_string(gate) + " HV " +
-                std::to_string(hv) + " T " + std::to_string(T) + " sequences " +
-                std::to_string(num_seq) + (varlen ? " varlen" : " fixed") + ": " + describe(q);
+            const std::string what = "sms " + std::to_string(sms) + " gate " +
+                                     fastkda::to_string(gate) + " HV " + std::to_string(hv) +
+                                     " T " + std::to_string(T) + " sequences " +
+                                     std::to_string(num_seq) + (varlen ? " varlen" : " fixed") +
+                                     ": " + describe(q);
             const int64_t heads = num_seq * hv, jobs = heads * q.vsplit;
             EXPECT_EQ(q.sms, sms) << what;
             EXPECT_TRUE(q.vsplit == 1 || q.vsplit == 2 || q.vsplit == 4) << what;

@@ -151,8 +151,8 @@ TEST(PrefillGpu, TokensBeyondInt32Rejected) {
   DeviceBuf ws(256);
   f.workspace = ws.get();
   // The size query raises the same error (CPU test Validation.CudaTokenLimitInSizeQuery).
-  expect_error([&] { (void)fastkda::forward_workspace_size(f); },
-               "T:", "B * T = 2^31 on CUDA: the workspace size query");
+  expect_error([&] { (void)fastkda::forward_workspace_size(f); }, "T:",
+               "B * T = 2^31 on CUDA: the workspace size query");
   f.workspace_bytes = 256;
   // Poisoned out and workspace: nothing may be written before the error.
   const size_t out_bytes = v.p.out_elems() * 2;
@@ -381,10 +381,10 @@ TEST(PrefillGpu, F16ScaledState) {
   for (const char* vs : {"1 seg128", "1", "2"}) {
     ScopedEnv env("FASTKDA_PREFILL_VSPLIT", std::string(vs).substr(0, 1).c_str());
     ScopedEnv env_seg("FASTKDA_PREFILL_SEG", std::string(vs).size() > 1 ? "128" : "0");
-    for (const Scaling& sc :
-         {Scaling{"v x 2^12", 0x1p12f, 1.0f}, Scaling{"v, init x 2^-16", 0x1p-16f, 0x1p-16f},
-          Scaling{"init x 2^20", 1.0f, 0x1p20f},
-          Scaling{"init x 2^20, v x 2^-12", 0x1p-12f, 0x1p20f}}) {
+    for (const Scaling& sc : {Scaling{"v x 2^12", 0x1p12f, 1.0f},
+                              Scaling{"v, init x 2^-16", 0x1p-16f, 0x1p-16f},
+                              Scaling{"init x 2^20", 1.0f, 0x1p20f},
+                              Scaling{"init x 2^20, v x 2^-12", 0x1p-12f, 0x1p20f}}) {
       Case c;
       c.T = 300, c.H = 1, c.HV = 2, c.boundary = true;
       Problem p(c);
@@ -631,10 +631,9 @@ TEST(PrefillGpu, MillionTokens64BitOffsets) {
   EXPECT_LE(eo.rms_rel, kOutTol) << "default plan, tail out " << eo << "  " << p.describe();
   EXPECT_LE(es.rms_rel, kStateTol) << "default plan, tail state " << es << "  " << p.describe();
   EXPECT_EQ(bad_state2, 0u) << "default plan  " << p.describe();
-  std::printf(
-      "[prefill] 1M tokens, default plan: tail vs the separate call out %g | state %g, "
-      "head non-finite state %zu\n",
-      eo.rms_rel, es.rms_rel, bad_state2);
+  std::printf("[prefill] 1M tokens, default plan: tail vs the separate call out %g | state %g, "
+              "head non-finite state %zu\n",
+              eo.rms_rel, es.rms_rel, bad_state2);
 }
 
 // prefill(T1) then prefill(T2) from the carried f32 state == prefill(T1 + T2) (to rounding).
@@ -938,9 +937,8 @@ TEST(PrefillGpu, SplitT) {
       Case c;
       c.seqlens = {0, 1, 150, 192, 193, 500, 64, 300};
       c.H = 2, c.HV = 4, c.pool = true, c.boundary = true;
-      check_against_oracle(
-          Problem(c),
-          (std::string("split seg0 192 first_out ") + first_out + " vsplit " + vs).c_str());
+      check_against_oracle(Problem(c), (std::string("split seg0 192 first_out ") + first_out +
+                                        " vsplit " + vs).c_str());
     }
 }
 

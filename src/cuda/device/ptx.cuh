@@ -160,8 +160,8 @@ __device__ __forceinline__ void tma_load_2d(void* smem_dst, const void* tmap, in
                                             uint64_t* mbar) {
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
-          static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst))),
+      " [%0], [%1, {%2, %3}], [%4];\n"
+      ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst))),
       "l"(tmap), "r"(c0), "r"(c1), "r"(static_cast<uint32_t>(__cvta_generic_to_shared(mbar)))
       : "memory");
 }
@@ -170,8 +170,8 @@ __device__ __forceinline__ void tma_load_3d(void* smem_dst, const void* tmap, in
                                             int c2, uint64_t* mbar) {
   asm volatile(
       "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(
-          static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst))),
+      " [%0], [%1, {%2, %3, %4}], [%5];\n"
+      ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst))),
       "l"(tmap), "r"(c0), "r"(c1), "r"(c2),
       "r"(static_cast<uint32_t>(__cvta_generic_to_shared(mbar)))
       : "memory");

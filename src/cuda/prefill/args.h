@@ -1,7 +1,7 @@
 // PrefillArgs: the resolved, validated ForwardParams as the prefill kernel reads them.
 #pragma once
 
-#include <cuda.h>          // CUtensorMap (the type only: no driver-API call is linked)
+#include <cuda.h>  // CUtensorMap (the type only: no driver-API call is linked)
 #include <vector_types.h>  // int2
 
 #include <cstdint>
@@ -52,17 +52,17 @@ struct PrefillArgs {
   int64_t num_state_slots;
   void* boundary_states;        // [num_boundary_states, HV, V, K] or [.., K, V], optional
   int64_t num_boundary_states;  // rows >= this are skipped (cu_seqlens unchecked on the host)
-  float* ws;             // [chunk slots, HV, kWsFloats] workspace: Tb and A_qk per chunk (config.h)
-  int64_t num_seq;       // N
-  int64_t chunk_slots;   // chunk slots of the workspace (launch.cu chunk_slots)
-  int64_t T;             // tokens per batch row (fixed-length)
-  int H, HV, group;      // group = HV / H
-  int vsplit;            // CTAs per (sequence, value head), each kV / vsplit columns
-  int seg_chunks;        // split T: chunks per segment (0 with Pass::kWhole) after the first,
-  int seg0_chunks;       // which has seg0_chunks >= seg_chunks (common.cuh seg_first, seg_count)
-  bool first_out;        // split T: segment 0's value slices write their outputs in pass 1 (and
-                         // E_0, or a one-segment sequence's final state); pass 2 skips segment 0
-  float* seg_ws;         // split T: [segment slots, HV, kSegFloats] (config.h)
+  float* ws;         // [chunk slots, HV, kWsFloats] workspace: Tb and A_qk per chunk (config.h)
+  int64_t num_seq;   // N
+  int64_t chunk_slots;  // chunk slots of the workspace (launch.cu chunk_slots)
+  int64_t T;         // tokens per batch row (fixed-length)
+  int H, HV, group;  // group = HV / H
+  int vsplit;        // CTAs per (sequence, value head), each kV / vsplit columns
+  int seg_chunks;    // split T: chunks per segment (0 with Pass::kWhole) after the first,
+  int seg0_chunks;   // which has seg0_chunks >= seg_chunks (common.cuh seg_first, seg_count)
+  bool first_out;    // split T: segment 0's value slices write their outputs in pass 1 (and
+                     // E_0, or a one-segment sequence's final state); pass 2 skips segment 0
+  float* seg_ws;     // split T: [segment slots, HV, kSegFloats] (config.h)
   const int32_t* order;  // [N] varlen sequences, longest first (order.cuh); null: in order
   // Varlen intra grid: per chunk slot its first token and rows (slot_map_kernel, order.cuh;
   // rows 0: no chunk), so that an intra CTA reads one entry instead of searching cu_seqlens.

@@ -101,8 +101,8 @@ CUtensorMap tensor_map(const void* base, CUtensorMapDataType type, int elem_byte
       &m, type, blocks8 ? 3 : 2, const_cast<void*>(base), blocks8 ? dims3 : dims2,
       blocks8 ? strides3 : strides2, blocks8 ? box3 : box2, steps, CU_TENSOR_MAP_INTERLEAVE_NONE,
       swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  FASTKDA_CHECK(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled: error ", int(r), " for a [", rows, ", ",
-                cols, "] tensor with a row stride of ", stride, " elements",
+  FASTKDA_CHECK(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled: error ", int(r), " for a [", rows,
+                ", ", cols, "] tensor with a row stride of ", stride, " elements",
                 blocks8 ? " (as blocks of 8 columns)" : "");
   return m;
 }
@@ -178,7 +178,8 @@ int sm_count(int device) {
 template <int kVs, prefill_cuda::Pass kPass, bool kF16 = false>
 void launch(const PrefillArgs& a, int64_t ctas, bool pdl, cudaStream_t stream) {
   constexpr size_t smem = prefill_cuda::shared_bytes<kVs>();
-  constexpr int threads = prefill_cuda::block_threads<kVs, prefill_cuda::kPairLayout<kPass>>();
+  constexpr int threads =
+      prefill_cuda::block_threads<kVs, prefill_cuda::kPairLayout<kPass>>();
   auto* kernel = prefill_cuda::prefill_kernel<kVs, kPass, kF16>;
   FASTKDA_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
@@ -418,10 +419,10 @@ void prefill(const ForwardParams& p) {
     FASTKDA_CUDA_CHECK(cudaGetLastError());
   }
   if (slot_map) {
-    const unsigned blocks =
-        unsigned((slots + prefill_cuda::kSlotMapThreads - 1) / prefill_cuda::kSlotMapThreads);
-    prefill_cuda::slot_map_kernel<<<blocks, prefill_cuda::kSlotMapThreads, 0, stream>>>(a, slots,
-                                                                                        slot_map);
+    const unsigned blocks = unsigned((slots + prefill_cuda::kSlotMapThreads - 1) /
+                                     prefill_cuda::kSlotMapThreads);
+    prefill_cuda::slot_map_kernel<<<blocks, prefill_cuda::kSlotMapThreads, 0, stream>>>(
+        a, slots, slot_map);
     FASTKDA_CUDA_CHECK(cudaGetLastError());
   }
   // The intra work runs one chunk per warp (intra_warp.cuh), the bounded gate's with two anchors
@@ -437,10 +438,10 @@ void prefill(const ForwardParams& p) {
                      a);
   } else {
     const int64_t ctas = (slots + prefill_cuda::kIntraWarps - 1) / prefill_cuda::kIntraWarps;
-    launch_with_smem(
-        bounded ? prefill_cuda::intra_warp_kernel<true> : prefill_cuda::intra_warp_kernel<false>,
-        dim3(unsigned(ctas), unsigned(p.HV)), 32 * prefill_cuda::kIntraWarps,
-        sizeof(prefill_cuda::IntraWarpPlan), stream, a);
+    launch_with_smem(bounded ? prefill_cuda::intra_warp_kernel<true>
+                             : prefill_cuda::intra_warp_kernel<false>,
+                     dim3(unsigned(ctas), unsigned(p.HV)), 32 * prefill_cuda::kIntraWarps,
+                     sizeof(prefill_cuda::IntraWarpPlan), stream, a);
   }
   a.jobs = ctas;
   if (!plan.seg_chunks) {

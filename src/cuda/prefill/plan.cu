@@ -1,5 +1,7 @@
 // The prefill's launch plan (plan.h): one cost model of the passes, fitted to measured H200
 // times, and the tuning knobs that override it.
+#include "cuda/prefill/plan.h"
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -11,7 +13,6 @@
 
 #include "common.h"
 #include "cuda/prefill/config.h"
-#include "cuda/prefill/plan.h"
 
 namespace fastkda::cuda {
 
@@ -27,9 +28,9 @@ namespace {
 // CTAs per (sequence, value head): FASTKDA_PREFILL_VSPLIT=1|2|4 forces the value split (1, 2 or
 // 4 CTAs of kVs = 128, 64 or 32 value rows); 0 returned when not forced (choose_split decides).
 int env_vsplit() {
-  return int(env_knob("FASTKDA_PREFILL_VSPLIT", "1, 2 or 4", [](int64_t v) {
-               return v == 1 || v == 2 || v == 4;
-             }).value_or(0));
+  return int(env_knob("FASTKDA_PREFILL_VSPLIT", "1, 2 or 4",
+                      [](int64_t v) { return v == 1 || v == 2 || v == 4; })
+                 .value_or(0));
 }
 
 // Longest-first CTA order (order.cuh) for varlen batches whose scan grid needs more than one wave
@@ -83,8 +84,9 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
   const int forced_vs = env_vsplit();  // 0: not forced
   const int64_t interval = ForwardParams::kBoundaryInterval;
   const std::optional<int64_t> forced_seg =
-      env_knob("FASTKDA_PREFILL_SEG", "0 or a multiple of 64 tokens up to 2^24",
-               [&](int64_t v) { return v >= 0 && v % interval == 0 && v <= (int64_t(1) << 24); });
+      env_knob("FASTKDA_PREFILL_SEG", "0 or a multiple of 64 tokens up to 2^24", [&](int64_t v) {
+        return v >= 0 && v % interval == 0 && v <= (int64_t(1) << 24);
+      });
   const double chunks = num_seq > 0 ? double(p.B * p.T) / double(num_seq) / prefill_cuda::kC : 0;
   auto waves = [&](int64_t ctas) { return double((ctas + sms - 1) / sms); };
   // kVs = 128: 1.38 since session 15 (the prepare's truncated operands, gate FMA and v^T pairs:
@@ -271,8 +273,9 @@ Plan choose_split(const ForwardParams& p, int64_t num_seq, int sms) {
   }
   // FASTKDA_PREFILL_SEG0=<tokens>: segment 0's length (with a forced segment length, not shorter).
   const std::optional<int64_t> forced_seg0 =
-      env_knob("FASTKDA_PREFILL_SEG0", "a multiple of 64 tokens up to 2^24",
-               [&](int64_t v) { return v > 0 && v % interval == 0 && v <= (int64_t(1) << 24); });
+      env_knob("FASTKDA_PREFILL_SEG0", "a multiple of 64 tokens up to 2^24", [&](int64_t v) {
+        return v > 0 && v % interval == 0 && v <= (int64_t(1) << 24);
+      });
   FASTKDA_CHECK(!forced_seg0 || (forced_seg && *forced_seg0 >= *forced_seg && *forced_seg > 0),
                 "FASTKDA_PREFILL_SEG0: expected a length >= FASTKDA_PREFILL_SEG (set, not 0), got ",
                 *forced_seg0, " with FASTKDA_PREFILL_SEG ",
@@ -391,12 +394,12 @@ bool use_persistent(const ForwardParams& p, int64_t num_seq, const Plan& plan, i
 // every chunk's operands on the SMs the scan leaves free (one scan CTA per sequence and head), so
 // it pays where a few sequences of 16-48 heads leave most SMs to it and the sequences are short
 // enough that the scan's chain does not bound it. Measured (H200, session 42, BENCHMARKS.md), H32
-// against the other plans in the same calls: T4096 0.221 ms against 0.240, T16384 0.767 against
-// 0.767-0.773, T65536 2.95 against 2.87-2.89 (its scan: ~1.9 us of tensor work per 64 tokens at
-// two warpgroups, which the split-T plans spread over more SMs). Chosen for T in [4096, 8192]
-// (T8192 not measured: between the two). Its workspace holds every chunk's image, ~96 KiB per 64
-// tokens and head (up to kWy64AutoBytes). FASTKDA_PREFILL_WY64=0 / 1 forces it off / on (on: an
-// error where it cannot run).
+// against the other plans in the same calls: T4096 0.219-0.221 ms against 0.239-0.240, T16384
+// 0.762-0.768 against 0.767-0.773, T65536 2.92-2.95 against 2.87-2.89 (its scan: ~2.15 us of
+// tensor work per 64 tokens, its two warpgroups on one SM's tensor pipe, a chain the split-T plans
+// spread over more SMs). Chosen for T in [4096, 8192] (T8192 not measured: between the two). Its
+// workspace holds every chunk's image, ~96 KiB per 64 tokens and head (up to kWy64AutoBytes).
+// FASTKDA_PREFILL_WY64=0 / 1 forces it off / on (on: an error where it cannot run).
 }  // namespace
 
 constexpr double kWy64AutoBytes = 4.0 * (1ull << 30);
@@ -459,16 +462,9 @@ bool f16_scan(const ForwardParams& p) {  // plan.h
 // reused for the same key. Knob values are compared as set, so a bad one is parsed, and raises its
 // error, on every call (a plan is kept only once computed).
 Plan choose_plan(const ForwardParams& p, int64_t num_seq, int sms) {
-  PlanKey key{p.B,
-              p.T,
-              p.HV,
-              num_seq,
-              p.cu_seqlens != nullptr,
-              p.gate_mode,
-              f16_scan(p),
-              wy64_unsupported(p, num_seq, sms) == nullptr,
-              sms,
-              {}};
+  const bool wy64_ok = wy64_unsupported(p, num_seq, sms) == nullptr;
+  PlanKey key{p.B,         p.T,         p.HV,    num_seq, p.cu_seqlens != nullptr,
+              p.gate_mode, f16_scan(p), wy64_ok, sms,     {}};
   for (size_t i = 0; i < std::size(kPlanKnobs); ++i)
     if (const char* v = std::getenv(kPlanKnobs[i])) key.knobs[i] = v;
   thread_local std::optional<std::pair<PlanKey, Plan>> last;

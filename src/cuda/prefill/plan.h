@@ -14,9 +14,9 @@ namespace fastkda::cuda {
 struct Plan {
   int vsplit = 1;
   int seg_chunks = 0;
-  int seg0_chunks = 0;         // split T: segment 0 (>= seg_chunks; PrefillArgs::seg0_chunks)
-  bool first_out = false;      // split T: segment 0's outputs in pass 1 (PrefillArgs::first_out)
-  bool pairs = false;          // split T's pass 1 as Pass::kPairs (vsplit 1, first_out)
+  int seg0_chunks = 0;     // split T: segment 0 (>= seg_chunks; PrefillArgs::seg0_chunks)
+  bool first_out = false;  // split T: segment 0's outputs in pass 1 (PrefillArgs::first_out)
+  bool pairs = false;      // split T's pass 1 as Pass::kPairs (vsplit 1, first_out)
   bool longest_first = false;  // order_kernel before the scan (varlen, more CTAs than SMs)
   bool persistent = false;     // unsplit scan on min(jobs, SMs) CTAs, each walking its jobs
   int sms = 0;
