@@ -41,8 +41,8 @@ using namespace fastkda::device;
 constexpr int kChunk = 64;
 // The image of one (chunk, sequence, head), in the scan's shared-memory layouts (wgmma's no-swizzle
 // K-major core matrices): [-W; qs] f16 (8 k16 steps x 2 k cores x 16 n cores x 128 B), ke bf16 hi
-// / lo (4 k16 steps x (hi, lo) x 2 k cores x 16 n cores), A_qk f16 (4 k16 steps x 2 k cores x 8 n
-// cores; hi, then lo 8 KiB on), the decays 2^G_63 (f32 per key); Tb bf16 hi, then lo (8 KiB
+// / lo (4 k16 steps x (hi, lo) x 2 k cores x 16 n cores), A_qk bf16 (4 k16 steps x 2 k cores x
+// 8 n cores; hi, then lo 8 KiB on), the decays 2^G_63 (f32 per key); Tb bf16 hi, then lo (8 KiB
 // each), in its own array.
 constexpr uint32_t kPqBytes = 32768, kKeBytes = 32768, kAqBytes = 16384;
 constexpr uint32_t kDecayBytes = 512;
@@ -65,7 +65,9 @@ struct Layout {
   static constexpr uint32_t kSmem = kBarOff + 128;
   static_assert(kSmem <= 227 * 1024, "two stages, the barriers");
 };
-constexpr int kScanThreads = 384;  // warp 0: the loader, warps 4-11: the scan warpgroups
+// Warp 0: the loader (lane 0), warps 1-3: idle (setmaxnreg moves registers by whole warpgroups;
+// a 288-thread CTA gets 168 per thread, session 42), warps 4-11: the two scan warpgroups.
+constexpr int kScanThreads = 384;
 struct Bars {
   uint64_t full0[2], empty0[2], full1[2], empty1[2];
 };
@@ -690,8 +692,8 @@ struct Scale64 {
   }
 };
 
-// Grid: num_seq x H CTAs of kScanThreads (warp 0: loader, warps 1-3: storers, warps 4-11: the
-// two scan warpgroups). tm_v: v as [B T][H 128] bf16 in boxes of 64 tokens x 64 values, 128-byte
+// Grid: num_seq x H CTAs of kScanThreads (warp 0: loader, warps 4-11: the two scan
+// warpgroups). tm_v: v as [B T][H 128] bf16 in boxes of 64 tokens x 64 values, 128-byte
 // swizzle. The caller's start and final states as the other scans (state_indices: a slot, an
 // invalid one neither).
 __global__ void __launch_bounds__(kScanThreads, 1)
