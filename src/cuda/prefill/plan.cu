@@ -394,10 +394,10 @@ bool use_persistent(const ForwardParams& p, int64_t num_seq, const Plan& plan, i
 // every chunk's operands on the SMs the scan leaves free (one scan CTA per sequence and head), so
 // it pays where a few sequences of 16-48 heads leave most SMs to it and the sequences are short
 // enough that the scan's chain does not bound it. Measured (H200, session 42, BENCHMARKS.md), H32
-// against the other plans in the same calls: T4096 0.219-0.221 ms against 0.239-0.240, T16384
-// 0.762-0.768 against 0.767-0.773, T65536 2.92-2.95 against 2.87-2.89 (its scan: ~2.15 us of
-// tensor work per 64 tokens, its two warpgroups on one SM's tensor pipe, a chain the split-T plans
-// spread over more SMs). Chosen for T in [4096, 8192] (T8192 not measured: between the two). Its
+// against the other plans in the same calls: T4096 0.219-0.221 ms against 0.239-0.240, T8192
+// 0.403-0.404 against 0.424, T16384 0.762-0.768 against 0.767-0.773, T65536 2.92-2.95 against
+// 2.87-2.89 (its scan: ~2.15 us of tensor work per 64 tokens, its two warpgroups on one SM's
+// tensor pipe, a chain the split-T plans spread over more SMs). Chosen for T in [4096, 8192]. Its
 // workspace holds every chunk's image, ~96 KiB per 64 tokens and head (up to kWy64AutoBytes).
 // FASTKDA_PREFILL_WY64=0 / 1 forces it off / on (on: an error where it cannot run).
 }  // namespace
