@@ -1204,8 +1204,8 @@ TEST(PrefillGpu, StreamedIntra) {
 // run): the oracle's bounds over its modes (one chunk, a batch, states f32 / bf16 / V-first /
 // K-first / none, a pool with -1 indices in place, 2 sigmoid, no A_log / dt_bias, strided tokens,
 // saturated gates, collinear keys, 8192 tokens), the f16 operands' scale under inputs far from the
-// unit range, causality bit for bit (the scale changes with the rows after t0 within their chunk,
-// but a power-of-two scale commutes with f16 rounding in f16's normal range), bitwise reruns, graph
+// unit range, causality bit for bit (the scale is a function of the rows before each chunk, A' is
+// anchored at each 16-row block's start: session 42 found both otherwise), bitwise reruns, graph
 // capture, and its workspace.
 Case wy64_case(int64_t B, int64_t T, int H) {
   Case c;
