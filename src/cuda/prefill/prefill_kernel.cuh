@@ -96,21 +96,9 @@ __device__ __forceinline__ ScanJob job_of(const PrefillArgs& a, int64_t cta) {
   j.row0 = (j.transition ? slice - a.vsplit : slice) * kVs;
   j.v0 = j.transition ? 0 : j.row0;
 
-  // The caller's start and final states (pool slot by index; an invalid index: neither).
-  int64_t slot = j.n;
-  bool use_state = true;
-  if (a.state_indices) {
-    slot = a.state_indices[j.n];
-    use_state = slot >= 0 && slot < a.num_state_slots;
-  }
-  const int64_t matrix = int64_t(kK) * kV;
-  StateRef user_init{nullptr, a.init_f32, a.k_first}, user_final{nullptr, a.final_f32, a.k_first};
-  if (use_state && a.initial_state)
-    user_init.ptr = static_cast<const char*>(a.initial_state) +
-                    (slot * a.HV + j.hv) * matrix * (a.init_f32 ? 4 : 2);
-  if (use_state && a.final_state)
-    user_final.ptr = static_cast<const char*>(a.final_state) +
-                     (slot * a.HV + j.hv) * matrix * (a.final_f32 ? 4 : 2);
+  // The caller's start and final states.
+  const UserStates user = user_states(a, j.n, j.hv);
+  const StateRef user_init = user.init, user_final = user.final;
 
   if constexpr (kPass == Pass::kWhole) {
     // c0 = 0 hidden from the optimiser: with a known 0, ptxas peels the first boundary-state

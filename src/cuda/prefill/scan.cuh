@@ -45,6 +45,29 @@ struct StateRef {
   bool f32, k_first;
 };
 
+// The caller's start and final states of sequence n, value head hv: the pool slot by index (an
+// invalid index: neither), null pointers where the caller passes none.
+struct UserStates {
+  StateRef init, final;
+};
+__device__ __forceinline__ UserStates user_states(const PrefillArgs& a, int64_t n, int hv) {
+  int64_t slot = n;
+  bool use_state = true;
+  if (a.state_indices) {
+    slot = a.state_indices[n];
+    use_state = slot >= 0 && slot < a.num_state_slots;
+  }
+  const int64_t matrix = int64_t(kK) * kV;
+  UserStates u{{nullptr, a.init_f32, a.k_first}, {nullptr, a.final_f32, a.k_first}};
+  if (use_state && a.initial_state)
+    u.init.ptr = static_cast<const char*>(a.initial_state) +
+                 (slot * a.HV + hv) * matrix * (a.init_f32 ? 4 : 2);
+  if (use_state && a.final_state)
+    u.final.ptr = static_cast<const char*>(a.final_state) +
+                  (slot * a.HV + hv) * matrix * (a.final_f32 ? 4 : 2);
+  return u;
+}
+
 // Loads this warp's 16 rows of S^T starting at row `row` (a value row; a key row of the identity
 // for the transition rows of the split-T scan), keys k0 .. k0 + 8 kTilesK - 1.
 template <int kTilesK>

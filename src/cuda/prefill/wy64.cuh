@@ -744,21 +744,8 @@ __global__ void __launch_bounds__(kScanThreads, 1)
   setmaxnreg_inc<224>();
   const int tid = int(threadIdx.x) - 128, wg = tid / 128, warp = (tid / 32) % 4, t = lane & 3;
   const int row0 = 64 * wg + 16 * warp;  // this warp's first value row of S^T
-  // The caller's start and final states (pool slot by index; an invalid index: neither).
-  int64_t slot = n;
-  bool use_state = true;
-  if (a.state_indices) {
-    slot = a.state_indices[n];
-    use_state = slot >= 0 && slot < a.num_state_slots;
-  }
-  const int64_t matrix = int64_t(kK) * kV;
-  StateRef init{nullptr, a.init_f32, a.k_first}, fin{nullptr, a.final_f32, a.k_first};
-  if (use_state && a.initial_state)
-    init.ptr = static_cast<const char*>(a.initial_state) +
-               (slot * a.HV + h) * matrix * (a.init_f32 ? 4 : 2);
-  if (use_state && a.final_state)
-    fin.ptr = static_cast<const char*>(a.final_state) +
-              (slot * a.HV + h) * matrix * (a.final_f32 ? 4 : 2);
+  const UserStates user = user_states(a, n, h);  // the caller's start and final states
+  const StateRef init = user.init, fin = user.final;
   float S[64], O[32];  // S'^T = S^T 2^sigma (sc), O'^T
   {
     float s4[16][4];
