@@ -116,10 +116,8 @@ TEST(PrefillPlan, BenchmarkShapesOnH200) {
       {"H64 varlen six", 8192, 64, 6, true, longest, longest},
       {"H64 varlen 1024x8", 8192, 64, 8, true, longest, longest},
       {"H32 T4096", 4096, 32, 1, false, wy64_plan(), streamed(unsplit(2), 256 * 32, 68, 0)},
-      {"H32 T16384", 16384, 32, 1, false, split(164, 368, true, 1024 * 32, 32),
-       split(148, 432, true, 1024 * 32, 32)},
-      {"H32 T65536", 65536, 32, 1, false, split(656, 1472, true, 4096 * 32, 32),
-       split(592, 1728, true, 4096 * 32, 32)},
+      {"H32 T16384", 16384, 32, 1, false, wy64_plan(), split(148, 432, true, 1024 * 32, 32)},
+      {"H32 T65536", 65536, 32, 1, false, wy64_plan(), split(592, 1728, true, 4096 * 32, 32)},
       {"H8 T65536", 65536, 8, 1, false, split(236, 344, false, 0), split(236, 344, false, 0)},
       {"H4 T65536", 65536, 4, 1, false, split(120, 176, false, 0), split(120, 176, false, 0)},
       {"64 x 128, H32", 8192, 32, 64, true, short64, short64},
@@ -291,17 +289,29 @@ TEST(PrefillPlan, KnobsForceThePlan) {
 
 // A bad value is an error naming the variable, the expectation and the value, also where the knob
 // would have no effect (the size query raises it before any launch).
-// The 64-token WY pipeline (plan.cu use_wy64): chosen by itself for 16-48 heads of one
-// fixed-length batch, T in [4096, 8192], the bounded gate, bf16 g, HV = H; never where it cannot
-// run (forcing it there is an error naming the knob and what it needs); forced on, it runs any
-// supported shape.
+// The 64-token WY pipeline (plan.cu use_wy64): chosen by itself for 28-40 sequences x heads of a
+// fixed-length batch with T in [4096, 16384] (32-40 of them up to T = 65536; session 43's
+// measurements), the bounded gate, bf16 g, HV = H, no knob of the other plans set; never where it
+// cannot run (forcing it there is an error naming the knob and what it needs); forced on, it runs
+// any supported shape.
 TEST(PrefillPlan, Wy64WhereItRuns) {
   EXPECT_TRUE(plan_of(shape(4096, 32)).wy64);
-  EXPECT_TRUE(plan_of(shape(8192, 16)).wy64);
-  EXPECT_TRUE(plan_of(shape(4096, 16, 3)).wy64);  // 48 sequences x heads
-  EXPECT_FALSE(plan_of(shape(16384, 32)).wy64);
+  EXPECT_TRUE(plan_of(shape(4096, 28)).wy64);
+  EXPECT_TRUE(plan_of(shape(16384, 28)).wy64);
+  EXPECT_TRUE(plan_of(shape(16384, 32)).wy64);
+  EXPECT_TRUE(plan_of(shape(65536, 32)).wy64);
+  EXPECT_TRUE(plan_of(shape(8192, 20, 2)).wy64);  // 40 sequences x heads
+  EXPECT_FALSE(plan_of(shape(4096, 24)).wy64);
+  EXPECT_FALSE(plan_of(shape(8192, 16)).wy64);
+  EXPECT_FALSE(plan_of(shape(4096, 16, 3)).wy64);  // 48 sequences x heads
+  EXPECT_FALSE(plan_of(shape(65536, 28)).wy64);
+  EXPECT_FALSE(plan_of(shape(131072, 32)).wy64);
   EXPECT_FALSE(plan_of(shape(2048, 32)).wy64);
   EXPECT_FALSE(plan_of(shape(8192, 64)).wy64);
+  {
+    ScopedEnv seg("FASTKDA_PREFILL_SEG", "1024");  // a knob of the other plans: those
+    EXPECT_FALSE(plan_of(shape(4096, 32)).wy64);
+  }
   EXPECT_FALSE(plan_of(shape(4096, 32, 1, false, GateMode::kSoftplus)).wy64);
   EXPECT_FALSE(plan_of(shape(4096, 32, 8, true)).wy64);  // varlen
   ForwardParams f32_g = shape(4096, 32), gva = shape(4096, 32), odd_t = shape(4100, 32);

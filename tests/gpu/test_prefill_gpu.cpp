@@ -1306,8 +1306,8 @@ TEST(PrefillGpu, Wy64Invariants) {
 }
 
 // Where the pipeline cannot run, forcing it is an error naming the knob and what it needs (from
-// the size query, before anything is launched); the plan picks it by itself for 16-48 heads of
-// T in [4096, 8192] (H32 T4096: the workspace of the images).
+// the size query, before anything is launched); the plan picks it by itself for 28-40 heads of
+// T in [4096, 16384] (32-40 up to 65536; H32 T4096: the workspace of the images).
 TEST(PrefillGpu, Wy64Plan) {
   FASTKDA_REQUIRE_GPU();
   struct Bad {

@@ -189,6 +189,28 @@ __device__ __forceinline__ void bulk_load(void* smem_dst, const void* gmem_src, 
       "l"(gmem_src), "r"(bytes), "r"(static_cast<uint32_t>(__cvta_generic_to_shared(mbar)))
       : "memory");
 }
+// A 2-D box of shared memory (128-byte aligned, the map's layout) to the tensor map's box at
+// (c0 inner, c1 outer), in this thread's bulk group (commit, then wait for it before the shared
+// memory is written again).
+__device__ __forceinline__ void tma_store_2d(const void* tmap, int c0, int c1, const void* smem_src) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(tmap),
+      "r"(c0), "r"(c1), "r"(static_cast<uint32_t>(__cvta_generic_to_shared(smem_src)))
+      : "memory");
+}
+__device__ __forceinline__ void bulk_commit_group() {
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+// At most n of this thread's bulk groups still reading their shared memory.
+template <int n>
+__device__ __forceinline__ void bulk_wait_group_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(n) : "memory");
+}
+// At most n of this thread's bulk groups not yet complete (writes done).
+template <int n>
+__device__ __forceinline__ void bulk_wait_group() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(n) : "memory");
+}
 __device__ __forceinline__ void mbarrier_init(uint64_t* mbar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(
                    static_cast<uint32_t>(__cvta_generic_to_shared(mbar))),

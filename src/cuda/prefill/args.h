@@ -93,6 +93,7 @@ struct PrefillArgs {
   float scale;
   bool g_f32, beta_f32, l2norm, cu_i64;
   bool init_f32, final_f32, boundary_f32, k_first;
+  CUtensorMap tm_out;  // wy64: out as [B T][H 128] bf16, stored in boxes of 64 tokens x 64 values
 };
 
 }  // namespace fastkda::prefill_cuda

@@ -320,6 +320,8 @@ void launch_wy64(const ForwardParams& p, const Strides& s, PrefillArgs& a, const
   a.wy_idle_sms = int(a.num_seq * p.H);
   a.tm_v = tensor_map(p.v, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, p.B * p.T, int64_t(p.H) * 128, s.v,
                       64, 64, false, CU_TENSOR_MAP_SWIZZLE_128B);
+  a.tm_out = tensor_map(p.out, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, p.B * p.T,
+                        int64_t(p.H) * 128, s.out, 64, 64, false, CU_TENSOR_MAP_SWIZZLE_128B);
   FASTKDA_CUDA_CHECK(cudaMemsetAsync(a.wy_ready, 0, wy64_flag_bytes(p), stream));
   constexpr int kProducerSmem = int(sizeof(wy::producer::Smem));
   FASTKDA_CUDA_CHECK(cudaFuncSetAttribute(

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "common.h"
@@ -390,16 +391,23 @@ bool use_persistent(const ForwardParams& p, int64_t num_seq, const Plan& plan, i
   return double(p.B * p.T) / double(num_seq) <= 256.0;
 }
 
-// The 64-token WY pipeline (wy64.cuh; docs/prefill.md, sessions 38-42): a producer kernel makes
-// every chunk's operands on the SMs the scan leaves free (one scan CTA per sequence and head), so
-// it pays where a few sequences of 16-48 heads leave most SMs to it and the sequences are short
-// enough that the scan's chain does not bound it. Measured (H200, session 42, BENCHMARKS.md), H32
-// against the other plans in the same calls: T4096 0.219-0.221 ms against 0.239-0.240, T8192
-// 0.403-0.404 against 0.424, T16384 0.762-0.768 against 0.767-0.773, T65536 2.92-2.95 against
-// 2.87-2.89 (its scan: ~2.15 us of tensor work per 64 tokens, its two warpgroups on one SM's
-// tensor pipe, a chain the split-T plans spread over more SMs). Chosen for T in [4096, 8192]. Its
-// workspace holds every chunk's image, ~96 KiB per 64 tokens and head (up to kWy64AutoBytes).
-// FASTKDA_PREFILL_WY64=0 / 1 forces it off / on (on: an error where it cannot run).
+// The 64-token WY pipeline (wy64.cuh; docs/prefill.md, sessions 38-43): a producer kernel makes
+// every chunk's operands on the SMs the scan leaves free (one scan CTA per sequence and head). Its
+// time is about the larger of the scan's chain (~2.7 us per 64 tokens, whatever the head count)
+// and the producer's share (~7.5-8.7 SM-us per chunk and head over the SMs the scan leaves); the
+// other plans spread the work over every SM. Measured (H200, session 43, BENCHMARKS.md: wy64 /
+// the other plans, ms, same calls): it wins for 28-40 sequences x heads and loses outside:
+//   T4096:  H24 0.212 / 0.206, H28 0.214 / 0.240, H32 0.215 / 0.240, H36 0.218 / 0.256,
+//           H40 0.239 / 0.256;
+//   T8192:  H16 0.385 / 0.266, H40 0.447 / 0.485, H48 0.569 / 0.493;
+//   T16384: H16 0.736 / 0.477, H24 0.737 / 0.648, H28 0.738 / 0.749, H32 0.742 / 0.763,
+//           H36 0.761 / 0.893, H40 0.857 / 0.945, H48 1.10 / 0.94;
+//   T65536: H24 2.82 / 2.42, H28 2.83 / 2.81, H32 2.86 / 2.89, H40 3.35 / 3.48.
+// So: 28-40 of them for T in [4096, 16384], 32-40 up to T = 65536 (measured points only; longer
+// and shorter sequences keep the other plans), its workspace (every chunk's image, ~96 KiB per 64
+// tokens and head) up to kWy64AutoBytes, and only where no knob of the other plans is set (those
+// force a part of them). FASTKDA_PREFILL_WY64=0 / 1 forces it off / on (on: an error where it
+// cannot run).
 }  // namespace
 
 constexpr double kWy64AutoBytes = 4.0 * (1ull << 30);
@@ -417,6 +425,13 @@ const char* wy64_unsupported(const ForwardParams& p, int64_t num_seq, int sms) {
   return nullptr;
 }
 namespace {
+// The tuning knobs (the plan's cache key holds their values as set).
+constexpr const char* kPlanKnobs[11] = {
+    "FASTKDA_PREFILL_VSPLIT",       "FASTKDA_PREFILL_SEG",     "FASTKDA_PREFILL_SEG0",
+    "FASTKDA_PREFILL_FIRST_OUT",    "FASTKDA_PREFILL_STREAM",  "FASTKDA_PREFILL_RETIRE",
+    "FASTKDA_PREFILL_ORDER",        "FASTKDA_PREFILL_PERSIST", "FASTKDA_PREFILL_PAIR",
+    "FASTKDA_PREFILL_COMBINE_ROWS", "FASTKDA_PREFILL_WY64"};
+
 bool use_wy64(const ForwardParams& p, int64_t num_seq, int sms) {
   const std::optional<int64_t> forced =
       env_knob("FASTKDA_PREFILL_WY64", "0 or 1", [](int64_t v) { return v == 0 || v == 1; });
@@ -426,10 +441,14 @@ bool use_wy64(const ForwardParams& p, int64_t num_seq, int sms) {
                   "FASTKDA_PREFILL_WY64: 1 (the 64-token WY pipeline) needs ", why);
     return *forced == 1;
   }
+  for (const char* knob : kPlanKnobs) {  // another plan's knob set: that plan
+    const char* v = std::getenv(knob);
+    if (std::string_view(knob) != "FASTKDA_PREFILL_WY64" && v && *v) return false;
+  }
   const int64_t heads = num_seq * p.H;
   const double bytes = double(p.B * p.T / 64 * p.H) * 98816.0;  // image + Tb
-  return why == nullptr && heads >= 16 && heads <= 48 && p.T >= 4096 && p.T <= 8192 &&
-         bytes <= kWy64AutoBytes;
+  return why == nullptr && heads >= 28 && heads <= 40 && p.T >= 4096 &&
+         (p.T <= 16384 || (heads >= 32 && p.T <= 65536)) && bytes <= kWy64AutoBytes;
 }
 
 // What the plan depends on: the shape, the gate, the scan's operands, the SM count and the tuning
@@ -444,12 +463,6 @@ struct PlanKey {
   std::array<std::string, 11> knobs;
   bool operator==(const PlanKey&) const = default;
 };
-constexpr const char* kPlanKnobs[11] = {
-    "FASTKDA_PREFILL_VSPLIT",       "FASTKDA_PREFILL_SEG",     "FASTKDA_PREFILL_SEG0",
-    "FASTKDA_PREFILL_FIRST_OUT",    "FASTKDA_PREFILL_STREAM",  "FASTKDA_PREFILL_RETIRE",
-    "FASTKDA_PREFILL_ORDER",        "FASTKDA_PREFILL_PERSIST", "FASTKDA_PREFILL_PAIR",
-    "FASTKDA_PREFILL_COMBINE_ROWS", "FASTKDA_PREFILL_WY64"};
-
 }  // namespace
 
 bool f16_scan(const ForwardParams& p) {  // plan.h

@@ -54,8 +54,8 @@ constexpr uint32_t kVBytes = 8192;  // v of a value half: 64 tokens x 128 B, 128
 // The scan CTA's shared memory (two warpgroups, value rows 64 w .. 64 w + 63 each): two stages,
 // each in two parts with their own full / empty mbarriers: part 0 (v of both value halves, Tb,
 // [-W; qs]; 1024-byte aligned for the swizzled v boxes), read by the products with S^T and free
-// once they are done, and part 1 (ke, A_qk, the decays), free at the chunk's end. Nothing else
-// fits (the outputs go to memory from the registers).
+// once they are done, and part 1 (ke, A_qk, the decays), free at the chunk's end, when the chunk's
+// outputs are staged there for the loader's TMA stores. Nothing else fits.
 struct Layout {
   static constexpr uint32_t kTbOff = 2 * kVBytes, kPqOff = kTbOff + kTbBytes;  // in part 0
   static constexpr uint32_t kPart0 = kPqOff + kPqBytes;                        // 64 KiB
@@ -69,7 +69,7 @@ struct Layout {
 // a 288-thread CTA gets 168 per thread, session 42), warps 4-11: the two scan warpgroups.
 constexpr int kScanThreads = 384;
 struct Bars {
-  uint64_t full0[2], empty0[2], full1[2], empty1[2];
+  uint64_t full0[2], empty0[2], full1[2], empty1[2];  // empty1: part 1 holds the chunk's outputs
 };
 
 // ---- the producer ---------------------------------------------------------------------------
@@ -692,9 +692,9 @@ struct Scale64 {
   }
 };
 
-// Grid: num_seq x H CTAs of kScanThreads (warp 0: loader, warps 4-11: the two scan
-// warpgroups). tm_v: v as [B T][H 128] bf16 in boxes of 64 tokens x 64 values, 128-byte
-// swizzle. The caller's start and final states as the other scans (state_indices: a slot, an
+// Grid: num_seq x H CTAs of kScanThreads (warp 0: loader and output store, warps 4-11: the two
+// scan warpgroups). tm_v: v as [B T][H 128] bf16 in boxes of 64 tokens x 64 values, 128-byte
+// swizzle; tm_out: out in the same boxes. The caller's start and final states as the other scans (state_indices: a slot, an
 // invalid one neither).
 __global__ void __launch_bounds__(kScanThreads, 1)
     scan_kernel(const __grid_constant__ PrefillArgs a) {
@@ -714,14 +714,24 @@ __global__ void __launch_bounds__(kScanThreads, 1)
   const int lane = threadIdx.x & 31;
   if (threadIdx.x < 128) {
     setmaxnreg_dec<56>();    // 384 x 168 registers: 128 x 56 + 256 x 224
-    if (threadIdx.x < 32) {  // loader: warp 0, lane 0
-      if (lane == 0)
+    if (threadIdx.x < 32) {  // loader (and output store): warp 0, lane 0
+      // Chunk c's outputs, staged over part 1 of its stage: two TMA stores.
+      auto store_outputs = [&](int c) {
+        mbarrier_wait(&bars.empty1[c & 1], (c >> 1) & 1);
+#pragma unroll
+        for (int w = 0; w < 2; ++w)
+          tma_store_2d(&a.tm_out, 128 * h + 64 * w, int(tok_base + kChunk * c),
+                       smem + L::kPart1Off + (c & 1) * L::kPart1 + w * kVBytes);
+        bulk_commit_group();
+      };
+      if (lane == 0) {
         for (int c = 0; c < chunks; ++c) {
           const int s = c & 1, par = ((c >> 1) - 1) & 1;
+          // v (an input: from HBM) first, the image (just made: from L2) once it is ready; part 1
+          // once chunk c - 2's outputs staged there are stored.
           if (c >= 2) mbarrier_wait(&bars.empty0[s], par);
           unsigned char* p0 = smem + s * L::kPart0;
           mbarrier_arrive_expect_tx(&bars.full0[s], L::kPart0);
-          // v (an input: from HBM) first, the image (just made: from L2) once it is ready.
 #pragma unroll
           for (int w = 0; w < 2; ++w)
             tma_load_2d(p0 + w * kVBytes, &a.tm_v, 128 * h + 64 * w, int(tok_base + kChunk * c),
@@ -733,11 +743,17 @@ __global__ void __launch_bounds__(kScanThreads, 1)
           const unsigned char* img = a.wy_img + size_t(item) * kImgBytes;
           bulk_load(p0 + L::kTbOff, a.wy_tb + size_t(item) * kTbBytes, kTbBytes, &bars.full0[s]);
           bulk_load(p0 + L::kPqOff, img, kPqBytes, &bars.full0[s]);
-          if (c >= 2) mbarrier_wait(&bars.empty1[s], par);
+          if (c >= 2) {
+            store_outputs(c - 2);
+            bulk_wait_group_read<0>();
+          }
           mbarrier_arrive_expect_tx(&bars.full1[s], L::kPart1Bytes);
           bulk_load(smem + L::kPart1Off + s * L::kPart1, img + kKeOff, L::kPart1Bytes,
                     &bars.full1[s]);
         }
+        for (int c = max(chunks - 2, 0); c < chunks; ++c) store_outputs(c);
+        bulk_wait_group<0>();
+      }
     }
     return;
   }
@@ -762,30 +778,28 @@ __global__ void __launch_bounds__(kScanThreads, 1)
   // lane % 8 of it (16-byte piece 2 warp + mi % 2 of the row, XOR the row's index mod 8).
   const uint32_t v_lane = uint32_t((8 * (lane / 16) + lane % 8) * 128 +
                                    16 * ((2 * warp + (lane / 8) % 2) ^ (lane % 8)));
-  // out <- bf16(O'^T 2^-sigma) of chunk c from the accumulators (lane (g, t) holds value rows g,
-  // g + 8 of the warp's 16 at tokens 8 i + 2 t, + 1 of each tile i): each pair is swapped with
-  // lane (g ^ 1, t), so that a lane stores two adjacent values of one token (even g: token
-  // 8 i + 2 t, values g, g + 1; odd g: token 8 i + 2 t + 1, values g - 1, g); a warp's store
-  // covers 8 tokens x 16 bytes. (The scan's shared memory holds two stages and nothing else;
-  // session 42: the stores deferred into the next chunk's shadow kept 16 more registers live and
-  // spilled.)
+  // out <- bf16(O'^T 2^-sigma) of chunk c: once both warpgroups' products are done (part 1 read),
+  // staged by stmatrix over part 1 of the chunk's stage (transposed: token rows of 64 values per
+  // warpgroup, the TMA box's 128-byte swizzle, the addresses of v's ldmatrix), then stored by
+  // the loader thread (two TMA stores) before it loads chunk c + 2's part 1 there. (Session 42
+  // stored 4 bytes per lane straight from the accumulators, 16 stores per warp and chunk over 8
+  // token rows each: H32 -2.3 to -2.8 % since. Staged over the warpgroup's own v half instead, no
+  // barrier between the warpgroups, the scan alone is faster still (T65536 2.59 against 2.79 ms),
+  // but chunk c + 2's v, from HBM, then loads a chunk later and the pipeline lost 1 %: session 43.)
   auto store_out = [&](const float(&o)[32], int c) {
-    const int g = lane / 4;
-    const bool odd = g & 1;
-    uint16_t* dst = a.out +
-                    (tok_base + int64_t(c) * kChunk + 2 * t + (odd ? 1 : 0)) * a.out_stride +
-                    int64_t(h) * 128 + row0 + (g & ~1);
+    unsigned char* stage = smem + L::kPart1Off + (c & 1) * L::kPart1 + wg * kVBytes;
+    uint32_t r[4][4];
 #pragma unroll
-    for (int i = 0; i < 8; ++i)
+    for (int J = 0; J < 4; ++J)
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const uint32_t mine =
-            pack_bf16x2(o[4 * i + 2 * half] * sc.down, o[4 * i + 2 * half + 1] * sc.down);
-        const uint32_t other = __shfl_xor_sync(0xffffffffu, mine, 4);
-        const uint32_t y =
-            odd ? __byte_perm(other, mine, 0x7632) : __byte_perm(mine, other, 0x5410);
-        *reinterpret_cast<uint32_t*>(dst + 8 * i * a.out_stride + 8 * half) = y;
-      }
+      for (int i = 0; i < 4; ++i)
+        r[J][i] = pack_bf16x2(o[8 * J + 2 * i] * sc.down, o[8 * J + 2 * i + 1] * sc.down);
+    bar_sync(1, 256);  // both warpgroups' wgmmas have read part 1
+#pragma unroll
+    for (int J = 0; J < 4; ++J)
+      stmatrix_x4_trans(stage + v_lane + 2048 * J, r[J][0], r[J][1], r[J][2], r[J][3]);
+    fence_proxy_async_shared();
+    mbarrier_arrive(&bars.empty1[c & 1]);
   };
   for (int c = 0; c < chunks; ++c) {
     const int s = c & 1;
@@ -875,7 +889,6 @@ __global__ void __launch_bounds__(kScanThreads, 1)
     wgmma_wait_group<0>();
     wgmma_fence_operands(S);
     wgmma_fence_operands(O);
-    mbarrier_arrive(&bars.empty1[s]);
     store_out(O, c);
     sc.update(bound, S);
   }

@@ -1,0 +1,15 @@
+#!/bin/bash
+# session 43 call 11: t10 = outputs staged by stmatrix over part 1 (after a 256-thread barrier), stored by the loader before part 1 of chunk c+2; vs t0, t9; pipeline timing, tests, ncu scan-alone durations, sanitizers
+mkdir -p $OUT
+timeout 120 build-gpu/wy/t10 --gtest_filter='PrefillGpu.Wy64*' > $OUT/tests_t10.log 2>&1; echo "t10 wy64 tests rc=$?"; grep -E '^\[  (PASSED|FAILED)|FAILED  \]' $OUT/tests_t10.log; grep -E '^\[prefill\]' $OUT/tests_t10.log | awk '{print $(NF-3), $NF}' | sort -g | tail -1
+for r in 1 2; do for b in t0 t9 t10; do
+  FASTKDA_PREFILL_WY64=1 FASTKDA_BENCH_FILTER=H32_T timeout 90 build-gpu/wy/$b --gtest_also_run_disabled_tests --gtest_filter='PrefillBench.*' 2>&1 | grep -E '^BENCH' | sed "s/^/round $r $b /"
+done; done
+for T in 16384 65536; do
+FASTKDA_PREFILL_WY64=1 FASTKDA_BENCH_FILTER=H32_T$T timeout 100 ncu --clock-control none -k regex:'scan_kernel|producer_kernel' --launch-skip 4 --launch-count 2 --metrics gpu__time_duration.sum,sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active build-gpu/wy/t10 --gtest_also_run_disabled_tests --gtest_filter='PrefillBench.*' > $OUT/ncu_t10_$T.log 2>&1
+echo "t10 T$T: $(grep -E 'scan_kernel|producer_kernel|gpu__time_duration|tensor_cycles' $OUT/ncu_t10_$T.log | awk '{print $1, $NF}' | tr '\n' ' ')"
+done
+for tool in memcheck racecheck; do
+timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 build-gpu/wy/t10 --gtest_filter='PrefillGpu.Wy64Invariants' > $OUT/san_$tool.log 2>&1
+echo "$tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' $OUT/san_$tool.log)"
+done

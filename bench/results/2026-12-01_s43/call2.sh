@@ -1,0 +1,9 @@
+#!/bin/bash
+# session 43 call 2: the WY scan's O^T stored in the next chunk's P^T shadow (t1: v1; t2: v6 rotated) vs t0 (HEAD)
+mkdir -p $OUT
+for b in t1 t2; do
+timeout 120 build-gpu/wy/$b --gtest_filter='PrefillGpu.Wy64*' > $OUT/tests_$b.log 2>&1; echo "$b wy64 tests rc=$?"; grep -E '^\[  (PASSED|FAILED)|FAILED  \]' $OUT/tests_$b.log; grep -E '^\[prefill\]' $OUT/tests_$b.log | awk '{print $(NF-3), $NF}' | sort -g | tail -1
+done
+for r in 1 2; do for b in t0 t1 t2; do
+  FASTKDA_PREFILL_WY64=1 FASTKDA_BENCH_FILTER=H32_T timeout 90 build-gpu/wy/$b --gtest_also_run_disabled_tests --gtest_filter='PrefillBench.*' 2>&1 | grep -E '^BENCH' | sed "s/^/round $r $b /"
+done; done
