@@ -192,7 +192,8 @@ __device__ __forceinline__ void bulk_load(void* smem_dst, const void* gmem_src, 
 // A 2-D box of shared memory (128-byte aligned, the map's layout) to the tensor map's box at
 // (c0 inner, c1 outer), in this thread's bulk group (commit, then wait for it before the shared
 // memory is written again).
-__device__ __forceinline__ void tma_store_2d(const void* tmap, int c0, int c1, const void* smem_src) {
+__device__ __forceinline__ void tma_store_2d(const void* tmap, int c0, int c1,
+                                             const void* smem_src) {
   asm volatile(
       "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(tmap),
       "r"(c0), "r"(c1), "r"(static_cast<uint32_t>(__cvta_generic_to_shared(smem_src)))

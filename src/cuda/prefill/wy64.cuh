@@ -694,8 +694,8 @@ struct Scale64 {
 
 // Grid: num_seq x H CTAs of kScanThreads (warp 0: loader and output store, warps 4-11: the two
 // scan warpgroups). tm_v: v as [B T][H 128] bf16 in boxes of 64 tokens x 64 values, 128-byte
-// swizzle; tm_out: out in the same boxes. The caller's start and final states as the other scans (state_indices: a slot, an
-// invalid one neither).
+// swizzle; tm_out: out in the same boxes. The caller's start and final states as the other
+// scans (state_indices: a slot, an invalid one neither).
 __global__ void __launch_bounds__(kScanThreads, 1)
     scan_kernel(const __grid_constant__ PrefillArgs a) {
   using L = Layout;
