@@ -199,6 +199,12 @@ __device__ __forceinline__ void tma_store_2d(const void* tmap, int c0, int c1,
       "r"(c0), "r"(c1), "r"(static_cast<uint32_t>(__cvta_generic_to_shared(smem_src)))
       : "memory");
 }
+// The tensor map's box at (c0 inner, c1 outer) into L2 (a hint: no shared memory, no barrier).
+__device__ __forceinline__ void tma_prefetch_2d(const void* tmap, int c0, int c1) {
+  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];\n" ::"l"(tmap),
+               "r"(c0), "r"(c1)
+               : "memory");
+}
 __device__ __forceinline__ void bulk_commit_group() {
   asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
 }

@@ -54,8 +54,9 @@ constexpr uint32_t kVBytes = 8192;  // v of a value half: 64 tokens x 128 B, 128
 // The scan CTA's shared memory (two warpgroups, value rows 64 w .. 64 w + 63 each): two stages,
 // each in two parts with their own full / empty mbarriers: part 0 (v of both value halves, Tb,
 // [-W; qs]; 1024-byte aligned for the swizzled v boxes), read by the products with S^T and free
-// once they are done, and part 1 (ke, A_qk, the decays), free at the chunk's end, when the chunk's
-// outputs are staged there for the loader's TMA stores. Nothing else fits.
+// once they are done (the v halves hold the chunk's outputs from its end until the loader's TMA
+// stores have read them), and part 1 (ke, A_qk, the decays), free at the chunk's end. Nothing
+// else fits.
 struct Layout {
   static constexpr uint32_t kTbOff = 2 * kVBytes, kPqOff = kTbOff + kTbBytes;  // in part 0
   static constexpr uint32_t kPart0 = kPqOff + kPqBytes;                        // 64 KiB
@@ -69,7 +70,8 @@ struct Layout {
 // a 288-thread CTA gets 168 per thread, session 42), warps 4-11: the two scan warpgroups.
 constexpr int kScanThreads = 384;
 struct Bars {
-  uint64_t full0[2], empty0[2], full1[2], empty1[2];  // empty1: part 1 holds the chunk's outputs
+  uint64_t full0[2], empty0[2], full1[2], empty1[2];
+  uint64_t staged[2];  // the chunk's outputs are staged over part 0's v halves (every scan thread)
 };
 
 // ---- the producer ---------------------------------------------------------------------------
@@ -707,6 +709,7 @@ __global__ void __launch_bounds__(kScanThreads, 1)
     for (int i = 0; i < 2; ++i) {
       mbarrier_init(&bars.full0[i], 1), mbarrier_init(&bars.empty0[i], 256);
       mbarrier_init(&bars.full1[i], 1), mbarrier_init(&bars.empty1[i], 256);
+      mbarrier_init(&bars.staged[i], 256);
     }
     fence_mbarrier_init();
   }
@@ -715,27 +718,28 @@ __global__ void __launch_bounds__(kScanThreads, 1)
   if (threadIdx.x < 128) {
     setmaxnreg_dec<56>();    // 384 x 168 registers: 128 x 56 + 256 x 224
     if (threadIdx.x < 32) {  // loader (and output store): warp 0, lane 0
-      // Chunk c's outputs, staged over part 1 of its stage: two TMA stores.
+      // Chunk c's outputs, staged over the v halves of its stage: two TMA stores.
       auto store_outputs = [&](int c) {
-        mbarrier_wait(&bars.empty1[c & 1], (c >> 1) & 1);
+        mbarrier_wait(&bars.staged[c & 1], (c >> 1) & 1);
 #pragma unroll
         for (int w = 0; w < 2; ++w)
           tma_store_2d(&a.tm_out, 128 * h + 64 * w, int(tok_base + kChunk * c),
-                       smem + L::kPart1Off + (c & 1) * L::kPart1 + w * kVBytes);
+                       smem + (c & 1) * L::kPart0 + w * kVBytes);
         bulk_commit_group();
       };
       if (lane == 0) {
         for (int c = 0; c < chunks; ++c) {
           const int s = c & 1, par = ((c >> 1) - 1) & 1;
-          // v (an input: from HBM) first, the image (just made: from L2) once it is ready; part 1
-          // once chunk c - 2's outputs staged there are stored.
+          // The image's part 0 (just made: from L2) once it is ready; v (an input, prefetched into
+          // L2 a stage ahead: chunks 0 and 1 at the start, then chunk c + 1) once chunk c - 2's
+          // outputs staged over it are stored; then part 1.
           if (c >= 2) mbarrier_wait(&bars.empty0[s], par);
           unsigned char* p0 = smem + s * L::kPart0;
           mbarrier_arrive_expect_tx(&bars.full0[s], L::kPart0);
+          for (int cc = c == 0 ? 0 : c + 1; cc <= c + 1 && cc < chunks; ++cc)  // v into L2
 #pragma unroll
-          for (int w = 0; w < 2; ++w)
-            tma_load_2d(p0 + w * kVBytes, &a.tm_v, 128 * h + 64 * w, int(tok_base + kChunk * c),
-                        &bars.full0[s]);
+            for (int w = 0; w < 2; ++w)
+              tma_prefetch_2d(&a.tm_v, 128 * h + 64 * w, int(tok_base + kChunk * cc));
           const int item = bh * chunks + c;
           while (ld_acquire(&a.wy_ready[item]) == 0) {
           }
@@ -747,6 +751,11 @@ __global__ void __launch_bounds__(kScanThreads, 1)
             store_outputs(c - 2);
             bulk_wait_group_read<0>();
           }
+#pragma unroll
+          for (int w = 0; w < 2; ++w)
+            tma_load_2d(p0 + w * kVBytes, &a.tm_v, 128 * h + 64 * w, int(tok_base + kChunk * c),
+                        &bars.full0[s]);
+          if (c >= 2) mbarrier_wait(&bars.empty1[s], par);
           mbarrier_arrive_expect_tx(&bars.full1[s], L::kPart1Bytes);
           bulk_load(smem + L::kPart1Off + s * L::kPart1, img + kKeOff, L::kPart1Bytes,
                     &bars.full1[s]);
@@ -778,28 +787,25 @@ __global__ void __launch_bounds__(kScanThreads, 1)
   // lane % 8 of it (16-byte piece 2 warp + mi % 2 of the row, XOR the row's index mod 8).
   const uint32_t v_lane = uint32_t((8 * (lane / 16) + lane % 8) * 128 +
                                    16 * ((2 * warp + (lane / 8) % 2) ^ (lane % 8)));
-  // out <- bf16(O'^T 2^-sigma) of chunk c: once both warpgroups' products are done (part 1 read),
-  // staged by stmatrix over part 1 of the chunk's stage (transposed: token rows of 64 values per
-  // warpgroup, the TMA box's 128-byte swizzle, the addresses of v's ldmatrix), then stored by
-  // the loader thread (two TMA stores) before it loads chunk c + 2's part 1 there. (Session 42
-  // stored 4 bytes per lane straight from the accumulators, 16 stores per warp and chunk over 8
-  // token rows each: H32 -2.3 to -2.8 % since. Staged over the warpgroup's own v half instead, no
-  // barrier between the warpgroups, the scan alone is faster still (T65536 2.59 against 2.79 ms),
-  // but chunk c + 2's v, from HBM, then loads a chunk later and the pipeline lost 1 %: session 43.)
+  // out <- bf16(O'^T 2^-sigma) of chunk c: staged by stmatrix over this warpgroup's v half of the
+  // chunk's stage (read into registers before the chunk's products: free; transposed: token rows
+  // of 64 values, the TMA box's 128-byte swizzle, the addresses of v's ldmatrix), then stored by
+  // the loader thread (two TMA stores) before it loads chunk c + 2's v there, from L2. (Session
+  // 42 stored 4 bytes per lane straight from the accumulators, 16 stores per warp and chunk over
+  // 8 token rows each; session 43: H32 -3.6 to -4.3 %. Staged over part 1 instead, the
+  // warpgroups meet on a barrier first: -2.3 to -2.8 %. Over the v half without v's L2 prefetch,
+  // v came from HBM a chunk later than before: +1 %.)
   auto store_out = [&](const float(&o)[32], int c) {
-    unsigned char* stage = smem + L::kPart1Off + (c & 1) * L::kPart1 + wg * kVBytes;
-    uint32_t r[4][4];
+    unsigned char* stage = smem + (c & 1) * L::kPart0 + wg * kVBytes;
 #pragma unroll
     for (int J = 0; J < 4; ++J)
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-        r[J][i] = pack_bf16x2(o[8 * J + 2 * i] * sc.down, o[8 * J + 2 * i + 1] * sc.down);
-    bar_sync(1, 256);  // both warpgroups' wgmmas have read part 1
-#pragma unroll
-    for (int J = 0; J < 4; ++J)
-      stmatrix_x4_trans(stage + v_lane + 2048 * J, r[J][0], r[J][1], r[J][2], r[J][3]);
+      stmatrix_x4_trans(stage + v_lane + 2048 * J,
+                        pack_bf16x2(o[8 * J] * sc.down, o[8 * J + 1] * sc.down),
+                        pack_bf16x2(o[8 * J + 2] * sc.down, o[8 * J + 3] * sc.down),
+                        pack_bf16x2(o[8 * J + 4] * sc.down, o[8 * J + 5] * sc.down),
+                        pack_bf16x2(o[8 * J + 6] * sc.down, o[8 * J + 7] * sc.down));
     fence_proxy_async_shared();
-    mbarrier_arrive(&bars.empty1[c & 1]);
+    mbarrier_arrive(&bars.staged[c & 1]);
   };
   for (int c = 0; c < chunks; ++c) {
     const int s = c & 1;
@@ -889,6 +895,7 @@ __global__ void __launch_bounds__(kScanThreads, 1)
     wgmma_wait_group<0>();
     wgmma_fence_operands(S);
     wgmma_fence_operands(O);
+    mbarrier_arrive(&bars.empty1[s]);
     store_out(O, c);
     sc.update(bound, S);
   }
