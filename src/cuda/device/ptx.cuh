@@ -205,6 +205,10 @@ __device__ __forceinline__ void tma_prefetch_2d(const void* tmap, int c0, int c1
                "r"(c0), "r"(c1)
                : "memory");
 }
+// `bytes` contiguous bytes (16-byte aligned, a multiple of 16) into L2 (a hint).
+__device__ __forceinline__ void bulk_prefetch_l2(const void* p, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
+}
 __device__ __forceinline__ void bulk_commit_group() {
   asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
 }

@@ -396,8 +396,8 @@ bool use_persistent(const ForwardParams& p, int64_t num_seq, const Plan& plan, i
 // time is about the larger of the scan's chain (~2.7 us per 64 tokens, whatever the head count)
 // and the producer's share (~7.5-8.7 SM-us per chunk and head over the SMs the scan leaves); the
 // other plans spread the work over every SM. Measured (H200, session 43, BENCHMARKS.md: wy64 with
-// its outputs staged over part 1 (bee4374) / the other plans, ms, same calls; the final staging
-// is 1.3-2.1 % faster at H32): it wins for 28-40 sequences x heads and loses outside:
+// its outputs staged over part 1 (bee4374) / the other plans, ms, same calls; the final scan is
+// 3-6 % faster at H32): it wins for 28-40 sequences x heads and loses outside:
 //   T4096:  H24 0.212 / 0.206, H28 0.214 / 0.240, H32 0.215 / 0.240, H36 0.218 / 0.256,
 //           H40 0.239 / 0.256;
 //   T8192:  H16 0.385 / 0.266, H40 0.447 / 0.485, H48 0.569 / 0.493;

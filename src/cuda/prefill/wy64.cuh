@@ -759,6 +759,12 @@ __global__ void __launch_bounds__(kScanThreads, 1)
           mbarrier_arrive_expect_tx(&bars.full1[s], L::kPart1Bytes);
           bulk_load(smem + L::kPart1Off + s * L::kPart1, img + kKeOff, L::kPart1Bytes,
                     &bars.full1[s]);
+          // The next chunk's image into L2 if it is made already (the producer runs ahead and
+          // its images leave L2): session 43, H32 -1.8 / -3.7 / -4.6 % at T4096 / 16384 / 65536.
+          if (c + 1 < chunks && ld_acquire(&a.wy_ready[item + 1]) != 0) {
+            bulk_prefetch_l2(img + kImgBytes, kImgBytes);
+            bulk_prefetch_l2(a.wy_tb + size_t(item + 1) * kTbBytes, kTbBytes);
+          }
         }
         for (int c = max(chunks - 2, 0); c < chunks; ++c) store_outputs(c);
         bulk_wait_group<0>();
