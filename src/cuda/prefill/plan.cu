@@ -426,14 +426,18 @@ const char* wy64_unsupported(const ForwardParams& p, int64_t num_seq, int sms) {
   return nullptr;
 }
 namespace {
-// The tuning knobs (the plan's cache key holds their values as set).
+// The tuning knobs (the plan's cache key holds their values as set); FASTKDA_PREFILL_WY64 last.
 constexpr const char* kPlanKnobs[11] = {
     "FASTKDA_PREFILL_VSPLIT",       "FASTKDA_PREFILL_SEG",     "FASTKDA_PREFILL_SEG0",
     "FASTKDA_PREFILL_FIRST_OUT",    "FASTKDA_PREFILL_STREAM",  "FASTKDA_PREFILL_RETIRE",
     "FASTKDA_PREFILL_ORDER",        "FASTKDA_PREFILL_PERSIST", "FASTKDA_PREFILL_PAIR",
     "FASTKDA_PREFILL_COMBINE_ROWS", "FASTKDA_PREFILL_WY64"};
 
-bool use_wy64(const ForwardParams& p, int64_t num_seq, int sms) {
+static_assert(std::string_view(kPlanKnobs[std::size(kPlanKnobs) - 1]) == "FASTKDA_PREFILL_WY64");
+using KnobValues = std::array<std::string, std::size(kPlanKnobs)>;
+
+// knobs: the values of kPlanKnobs as set (empty: unset).
+bool use_wy64(const ForwardParams& p, int64_t num_seq, int sms, const KnobValues& knobs) {
   const std::optional<int64_t> forced =
       env_knob("FASTKDA_PREFILL_WY64", "0 or 1", [](int64_t v) { return v == 0 || v == 1; });
   const char* why = wy64_unsupported(p, num_seq, sms);
@@ -442,10 +446,8 @@ bool use_wy64(const ForwardParams& p, int64_t num_seq, int sms) {
                   "FASTKDA_PREFILL_WY64: 1 (the 64-token WY pipeline) needs ", why);
     return *forced == 1;
   }
-  for (const char* knob : kPlanKnobs) {  // another plan's knob set: that plan
-    const char* v = std::getenv(knob);
-    if (std::string_view(knob) != "FASTKDA_PREFILL_WY64" && v && *v) return false;
-  }
+  for (size_t i = 0; i + 1 < knobs.size(); ++i)  // another plan's knob set: that plan
+    if (!knobs[i].empty()) return false;
   const int64_t heads = num_seq * p.H;
   const double bytes = double(p.B * p.T / 64 * p.H) * 98816.0;  // image + Tb
   return why == nullptr && heads >= 28 && heads <= 40 && p.T >= 4096 &&
@@ -461,7 +463,7 @@ struct PlanKey {
   bool f16 = false;
   bool wy64_ok = false;  // wy64_unsupported() is null
   int sms = 0;
-  std::array<std::string, 11> knobs;
+  KnobValues knobs;
   bool operator==(const PlanKey&) const = default;
 };
 }  // namespace
@@ -483,7 +485,7 @@ Plan choose_plan(const ForwardParams& p, int64_t num_seq, int sms) {
     if (const char* v = std::getenv(kPlanKnobs[i])) key.knobs[i] = v;
   thread_local std::optional<std::pair<PlanKey, Plan>> last;
   if (last && last->first == key) return last->second;
-  const bool wy64 = use_wy64(p, num_seq, sms);
+  const bool wy64 = use_wy64(p, num_seq, sms, key.knobs);
   Plan plan = choose_split(p, num_seq, sms);
   plan.longest_first = use_longest_first(p, num_seq, plan, sms);
   plan.persistent = use_persistent(p, num_seq, plan, sms);
