@@ -2,7 +2,8 @@
 // from shared memory through a matrix descriptor, no swizzle. Used by the kVs = 128 and kVs = 64
 // scans (prefill/scan.cuh scan_chunk_wg: tf32 P^T / O^T, f16 in the unsplit kVs = 128 scan, bf16
 // state update; docs/prefill.md, "The wgmma scan");
-// the m64n64k16 and SS forms serve the 64-token WY probes (tests/gpu/test_wy64_bench.cu,
+// the m64n64k16 forms (and their leading-column variant for triangular factors) and the SS form
+// serve the 64-token WY pipeline (prefill/wy64.cuh) and probes (tests/gpu/test_wy64_bench.cu,
 // test_scan_chain_bench.cu). tests/gpu/test_wgmma_gpu.cu pins the layouts below against a CPU
 // product.
 //
@@ -166,6 +167,49 @@ __device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[32], const uint32_
     FASTKDA_WGMMA_M64N64K16_RS(".f16.f16");
 }
 #undef FASTKDA_WGMMA_M64N64K16_RS
+// D(64 x 64) columns 0 .. 16 n16 - 1 += A(64 x 16, bf16, registers) * B(16 x 16 n16, bf16, smem
+// K-major): m64n(16 n16)k16 on d[0] .. d[8 n16 - 1] (n16 in 1..4, a constant after unrolling: one
+// wgmma per value), for a B whose other columns are zero (the WY scan's triangular factors).
+// The leading columns: ptxas serializes the wgmma pipeline (C7511) when a wgmma's accumulators
+// start inside another's (an n16 on d[24..31] of an n64's d[0..31]), not when they share its first.
+__device__ __forceinline__ void wgmma_m64n64k16_bf16_rs_first(float (&d)[32],
+                                                              const uint32_t (&a)[4],
+                                                              SmemDesc desc_b, int n16) {
+  if (n16 == 4) {
+    wgmma_m64n64k16_rs<true>(d, a, desc_b, true);
+  } else if (n16 == 3) {
+    asm volatile(
+        "{\n.reg .b64 desc;\nmov.b64 desc, {%28, %29};\n"
+        "wgmma.mma_async.sync.aligned.m64n48k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "
+        "%19, %20, %21, %22, %23}, "
+        "{%24, %25, %26, %27}, desc, 1, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+          "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(desc_b.lo), "r"(desc_b.hi));
+  } else if (n16 == 2) {
+    asm volatile(
+        "{\n.reg .b64 desc;\nmov.b64 desc, {%20, %21};\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+        "{%16, %17, %18, %19}, desc, 1, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+          "+f"(d[14]), "+f"(d[15])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(desc_b.lo), "r"(desc_b.hi));
+  } else if (n16 == 1) {
+    asm volatile(
+        "{\n.reg .b64 desc;\nmov.b64 desc, {%12, %13};\n"
+        "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7}, "
+        "{%8, %9, %10, %11}, desc, 1, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+          "+f"(d[7])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(desc_b.lo), "r"(desc_b.hi));
+  }
+}
 #undef FASTKDA_WGMMA_D64_OPERANDS
 #undef FASTKDA_WGMMA_D32_OPERANDS
 #undef FASTKDA_WGMMA_D64_REGS

@@ -13,9 +13,10 @@
 //   qs = scale q^ F (f16), A_qk (t >= s) = scale (q^_t F_t) . (k^_s / F_s)   (split bf16)
 //   ke = k^ H                             (split bf16), the decays 2^G_63
 // and the scan, per warpgroup of 64 value rows of S^T (f32 registers, chunk to chunk):
-//   V_new^T = v^T Tb^T + S^T (-W)^T       4 k16 steps x 2 wgmma m64n64k16 bf16 (v^T by
-//                                         ldmatrix.trans) + 8 m64n64k16 f16 (A = f16(S^T))
-//   O^T = S^T qs^T + V_new^T A_qk^T       8 wgmma m64n64k16 f16 + 4 k16 steps x 3 bf16 (split)
+//   V_new^T = v^T Tb^T + S^T (-W)^T       4 k16 steps kk x 2 wgmma m64n(64 - 16 kk)k16 bf16 (v^T
+//                                         by ldmatrix.trans) + 8 m64n64k16 f16 (A = f16(S^T))
+//   O^T = S^T qs^T + V_new^T A_qk^T       8 wgmma m64n64k16 f16 + 4 k16 steps kk x 3
+//                                         m64n(64 - 16 kk)k16 bf16 (split)
 //   S^T = S^T diag(2^G_63) + V_new^T ke   64 FMUL + 4 k16 steps x 3 wgmma m64n128k16 bf16 (split)
 // S^T is kept multiplied by a per-warp power of two (Scale64), so that its f16 products stay in
 // f16's range for any input. V_new^T meets A_qk in split bf16 (f32's range), not f16: its size
@@ -43,7 +44,11 @@ constexpr int kChunk = 64;
 // K-major core matrices): [-W; qs] f16 (8 k16 steps x 2 k cores x 16 n cores x 128 B), ke bf16 hi
 // / lo (4 k16 steps x (hi, lo) x 2 k cores x 16 n cores), A_qk bf16 (4 k16 steps x 2 k cores x
 // 8 n cores; hi, then lo 8 KiB on), the decays 2^G_63 (f32 per key); Tb bf16 hi, then lo (8 KiB
-// each), in its own array.
+// each), in its own array. Where the tokens t are wgmma's N (-W, qs, Tb^T, A_qk^T: P^T's and
+// O^T's columns), their 16-token blocks are in reverse order (n core (t / 8) ^ 6): the k16 steps
+// of the triangular Tb^T and A_qk^T then multiply only their nonzero blocks, t >= 16 kk, as the
+// leading columns of P^T / O^T (session 44: the blocks above the diagonal, 3 of 8 m64n64k16 for
+// U^T and 4.5 of 12 for the A_qk part, are neither made nor multiplied).
 constexpr uint32_t kPqBytes = 32768, kKeBytes = 32768, kAqBytes = 16384;
 constexpr uint32_t kDecayBytes = 512;
 constexpr uint32_t kKeOff = kPqBytes, kAqOff = kKeOff + kKeBytes, kDecayOff = kAqOff + kAqBytes;
@@ -127,13 +132,10 @@ static __constant__ int8_t kPairs[8][2][3] = {{{0, 0, -1}, {-1, 0, 0}}, {{1, 1, 
                                               {{1, 0, 1}, {-1, 0, 0}},  {{3, 1, 5}, {-1, 0, 0}},
                                               {{2, 1, 2}, {-1, 0, 0}},  {{3, 2, 3}, {-1, 0, 0}}};
 
-// -W (f16) at token r, keys key, key + 1 of the image; Tb's hi element (r, s) of the Tb image
-// (lo 8 KiB on).
+// -W (f16) at token r, keys key, key + 1 of the image (qs: r + 64; token blocks reversed).
 __host__ __device__ __forceinline__ uint32_t w_offset(int r, int key) {
-  return (key / 16) * 4096 + ((key % 16) / 8) * 2048 + (r / 8) * 128 + (r % 8) * 16 + (key % 8) * 2;
-}
-__host__ __device__ __forceinline__ uint32_t tb_offset(int r, int s) {
-  return (s / 8) * 1024 + (r / 8) * 128 + (r % 8) * 16 + (s % 8) * 2;
+  return (key / 16) * 4096 + ((key % 16) / 8) * 2048 + ((r / 8) ^ 6) * 128 + (r % 8) * 16 +
+         (key % 8) * 2;
 }
 
 // The next item's raw q, k, g rows (tensor 0, 1, 2; 64 rows of 256 B each) staged in shared memory
@@ -400,7 +402,7 @@ __global__ void __launch_bounds__(kThreads, 2)
         // scale is in q's row norms.
         float* nbl = &sm.nb[nb_index(I, J)][0][0];
         float* nbp = nbl + g * 16 + 2 * t;
-        unsigned char* aqp = img + kAqOff + J * 2048 + I * 256 + g * 16 + 4 * t;
+        unsigned char* aqp = img + kAqOff + J * 2048 + (3 - I) * 256 + g * 16 + 4 * t;
         const int dr = I == J ? g - 2 * t : 16;
         const float bet[2] = {sm.beta[ra], sm.beta[rb]};
 #pragma unroll
@@ -449,17 +451,7 @@ __global__ void __launch_bounds__(kThreads, 2)
         }
       }
     }
-    // A_qk's blocks above the diagonal (I < J): zeros. Block (I, J)'s rows in each 8-column half
-    // are 256 contiguous bytes at J * 2048 + half * 1024 + I * 256 (hi; lo 8 KiB on); 16-byte
-    // stores, two per thread.
-    if (tid < 6 * 32) {
-      const int b = tid / 32, I = b < 3 ? 0 : (b < 5 ? 1 : 2),
-                J = b < 3 ? b + 1 : (b < 5 ? b - 1 : 3);
-      unsigned char* z =
-          img + kAqOff + J * 2048 + ((tid / 16) % 2) * 1024 + I * 256 + (tid % 16) * 16;
-      *reinterpret_cast<uint4*>(z) = make_uint4(0u, 0u, 0u, 0u);
-      *reinterpret_cast<uint4*>(z + kAqBytes / 2) = make_uint4(0u, 0u, 0u, 0u);
-    }
+    // (A_qk's blocks above the diagonal, I < J, are not written: the scan skips them.)
     __syncthreads();
     // 4. kw = k^ F 2^Ga in split bf16 into qf's space, as wgmma's B operand of W = Tb kw (K =
     // tokens, N = keys, K-major: the image's ke layout): per 16-token step 8 KiB, hi then lo.
@@ -588,8 +580,11 @@ __global__ void __launch_bounds__(kThreads, 2)
       const int off = s8 * 1024 + (r / 8) * 128 + (r % 8) * 16;
       *reinterpret_cast<uint4*>(tb + off) = hi;
       *reinterpret_cast<uint4*>(tb + 8192 + off) = lo;
-      *reinterpret_cast<uint4*>(tbimg + off) = hi;
-      *reinterpret_cast<uint4*>(tbimg + 8192 + off) = lo;
+      if (J <= I) {  // the image: none above the diagonal (the scan skips them)
+        const int img_off = off ^ 0x300;  // token blocks reversed: (r / 8) ^ 6
+        *reinterpret_cast<uint4*>(tbimg + img_off) = hi;
+        *reinterpret_cast<uint4*>(tbimg + 8192 + img_off) = lo;
+      }
     }
     fence_proxy_async_shared();  // Tb is read by wgmma
     __syncthreads();
@@ -625,7 +620,7 @@ __global__ void __launch_bounds__(kThreads, 2)
         cp_async_commit_group();
       }
       // -W (f16 pairs): rows 16 w + g (+ 8), keys 8 j + 2 t of n8 tile j.
-      unsigned char* wb = img + 2 * warp * 128 + g * 16 + 4 * t;
+      unsigned char* wb = img + (3 - warp) * 256 + g * 16 + 4 * t;
 #pragma unroll
       for (int j = 0; j < 16; ++j)
 #pragma unroll
@@ -777,7 +772,7 @@ __global__ void __launch_bounds__(kScanThreads, 1)
   const int row0 = 64 * wg + 16 * warp;  // this warp's first value row of S^T
   const UserStates user = user_states(a, n, h);  // the caller's start and final states
   const StateRef init = user.init, fin = user.final;
-  float S[64], O[32];  // S'^T = S^T 2^sigma (sc), O'^T
+  float S[64], O[32];  // S'^T = S^T 2^sigma (sc), O'^T (token blocks reversed: O[8 J..] 3 - J)
   {
     float s4[16][4];
     load_state<16>(init, false, row0, 0, s4);
@@ -805,7 +800,7 @@ __global__ void __launch_bounds__(kScanThreads, 1)
     unsigned char* stage = smem + (c & 1) * L::kPart0 + wg * kVBytes;
 #pragma unroll
     for (int J = 0; J < 4; ++J)
-      stmatrix_x4_trans(stage + v_lane + 2048 * J,
+      stmatrix_x4_trans(stage + v_lane + 2048 * (3 - J),
                         pack_bf16x2(o[8 * J] * sc.down, o[8 * J + 1] * sc.down),
                         pack_bf16x2(o[8 * J + 2] * sc.down, o[8 * J + 3] * sc.down),
                         pack_bf16x2(o[8 * J + 4] * sc.down, o[8 * J + 5] * sc.down),
@@ -832,7 +827,7 @@ __global__ void __launch_bounds__(kScanThreads, 1)
     const SmemDesc dt = smem_desc_noswizzle(p0 + L::kTbOff, 1024, 128);  // lo + 8 KiB
     const SmemDesc dw = smem_desc_noswizzle(p0 + L::kPqOff, 2048, 128);  // -W; qs: + 1024 B
     // V_new'^T = S'^T (-W)^T + (v^T 2^sigma) Tb^T: f16 S'^T and W, split Tb (v is exact in bf16).
-    float P[32];
+    float P[32];  // token blocks reversed, as O'^T
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < 8; ++kk) wgmma_m64n64k16_rs<false>(P, af[kk], dw + 256 * kk, kk > 0);
@@ -846,9 +841,9 @@ __global__ void __launch_bounds__(kScanThreads, 1)
     }
     wgmma_fence();  // av written after the first wgmmas were issued
 #pragma unroll
-    for (int J = 0; J < 4; ++J) {
-      wgmma_m64n64k16_rs<true>(P, av[J], dt + 512 + 128 * J, true);
-      wgmma_m64n64k16_rs<true>(P, av[J], dt + 128 * J, true);
+    for (int J = 0; J < 4; ++J) {  // tokens t >= 16 J only (Tb lower triangular): 4 - J blocks
+      wgmma_m64n64k16_bf16_rs_first(P, av[J], dt + 512 + 128 * J, 4 - J);
+      wgmma_m64n64k16_bf16_rs_first(P, av[J], dt + 128 * J, 4 - J);
     }
     wgmma_commit_group();
 #pragma unroll
@@ -876,7 +871,7 @@ __global__ void __launch_bounds__(kScanThreads, 1)
     for (int kk = 0; kk < 4; ++kk)
 #pragma unroll
       for (int r = 0; r < 4; ++r)
-        split_bf16x2(P[8 * kk + 2 * r], P[8 * kk + 2 * r + 1], vh[kk][r], vl[kk][r]);
+        split_bf16x2(P[8 * (3 - kk) + 2 * r], P[8 * (3 - kk) + 2 * r + 1], vh[kk][r], vl[kk][r]);
     const SmemDesc dk = smem_desc_noswizzle(p1, 2048, 128);                    // 8 KiB / k16
     const SmemDesc dq = smem_desc_noswizzle(p1 + kAqOff - kKeOff, 1024, 128);  // 2 KiB / k16
     wgmma_fence_operands(S);
@@ -888,10 +883,10 @@ __global__ void __launch_bounds__(kScanThreads, 1)
       wgmma_m64n128k16_bf16_rs(S, vh[kk], dk + 512 * kk, true);
     }
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {  // lo + 8 KiB
-      wgmma_m64n64k16_rs<true>(O, vl[kk], dq + 128 * kk, true);
-      wgmma_m64n64k16_rs<true>(O, vh[kk], dq + 512 + 128 * kk, true);
-      wgmma_m64n64k16_rs<true>(O, vh[kk], dq + 128 * kk, true);
+    for (int kk = 0; kk < 4; ++kk) {  // lo + 8 KiB; lower triangular as Tb
+      wgmma_m64n64k16_bf16_rs_first(O, vl[kk], dq + 128 * kk, 4 - kk);
+      wgmma_m64n64k16_bf16_rs_first(O, vh[kk], dq + 512 + 128 * kk, 4 - kk);
+      wgmma_m64n64k16_bf16_rs_first(O, vh[kk], dq + 128 * kk, 4 - kk);
     }
     wgmma_commit_group();
     // The next chunk's bound, in the state update's shadow.
