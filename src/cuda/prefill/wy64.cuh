@@ -795,8 +795,10 @@ __global__ void __launch_bounds__(kScanThreads, 1)
   // 42 stored 4 bytes per lane straight from the accumulators, 16 stores per warp and chunk over
   // 8 token rows each; session 43: H32 -3.6 to -4.3 %. Staged over part 1 instead, the
   // warpgroups meet on a barrier first: -2.3 to -2.8 %. Over the v half without v's L2 prefetch,
-  // v came from HBM a chunk later than before: +1 %.)
-  auto store_out = [&](const float(&o)[32], int c) {
+  // v came from HBM a chunk later than before: +1 %.) The stores are released to the loader
+  // (release_out: the proxy fence, then the staged barrier) once the next chunk's products are
+  // issued: the fence waits for the stmatrix to land, off the chain between the two chunks.
+  auto stage_out = [&](const float(&o)[32], int c) {
     unsigned char* stage = smem + (c & 1) * L::kPart0 + wg * kVBytes;
 #pragma unroll
     for (int J = 0; J < 4; ++J)
@@ -805,6 +807,8 @@ __global__ void __launch_bounds__(kScanThreads, 1)
                         pack_bf16x2(o[8 * J + 2] * sc.down, o[8 * J + 3] * sc.down),
                         pack_bf16x2(o[8 * J + 4] * sc.down, o[8 * J + 5] * sc.down),
                         pack_bf16x2(o[8 * J + 6] * sc.down, o[8 * J + 7] * sc.down));
+  };
+  auto release_out = [&](int c) {
     fence_proxy_async_shared();
     mbarrier_arrive(&bars.staged[c & 1]);
   };
@@ -849,6 +853,7 @@ __global__ void __launch_bounds__(kScanThreads, 1)
 #pragma unroll
     for (int kk = 0; kk < 8; ++kk) wgmma_m64n64k16_rs<false>(O, af[kk], dw + 64 + 256 * kk, kk > 0);
     wgmma_commit_group();
+    if (c > 0) release_out(c - 1);
     // sqrt(128) max |S'^T| (f16 rounding: x (1 + 2^-10) at most), in the products' shadow.
     const float bound_s =
         11.33f *
@@ -897,9 +902,10 @@ __global__ void __launch_bounds__(kScanThreads, 1)
     wgmma_fence_operands(S);
     wgmma_fence_operands(O);
     mbarrier_arrive(&bars.empty1[s]);
-    store_out(O, c);
+    stage_out(O, c);
     sc.update(bound, S);
   }
+  if (chunks > 0) release_out(chunks - 1);
   if (fin.ptr) {
     float s4[16][4];
 #pragma unroll
