@@ -1296,13 +1296,13 @@ TEST(PrefillGpu, Wy64Invariants) {
   EXPECT_TRUE(a.out.same_bits(b.out)) << p.describe();
   EXPECT_TRUE(a.state.same_bits(b.state)) << p.describe();
   check_graph_capture(wy64_case(2, 256, 2));
-  // The workspace: per (sequence, head, chunk) its image (82432 B) and Tb (16384 B), then the
+  // The workspace: per (sequence, head, chunk) its image (77312 B) and Tb (11264 B: triangular, s44), then the
   // ready flags (256-byte rounded) and the counter's 256 bytes.
   DeviceBuf out(p.out_elems() * 2);
   const fastkda::ForwardParams f = size_query_params(p, d, out.get());
   const size_t items = 2 * (512 / 64) * 3;
   EXPECT_EQ(fastkda::forward_workspace_size(f),
-            items * (82432 + 16384) + (items * 4 + 255) / 256 * 256 + 256);
+            items * (77312 + 11264) + (items * 4 + 255) / 256 * 256 + 256);
 }
 
 // Where the pipeline cannot run, forcing it is an error naming the knob and what it needs (from
@@ -1347,7 +1347,7 @@ TEST(PrefillGpu, Wy64Plan) {
   const fastkda::ForwardParams f = size_query_params(p, d, out.get());
   const size_t items = 4096 / 64 * 32;
   EXPECT_EQ(fastkda::forward_workspace_size(f),
-            items * (82432 + 16384) + (items * 4 + 255) / 256 * 256 + 256);
+            items * (77312 + 11264) + (items * 4 + 255) / 256 * 256 + 256);
   check_against_oracle(p, "wy64 auto H32 T4096");
 }
 

@@ -42,34 +42,42 @@ using namespace fastkda::device;
 constexpr int kChunk = 64;
 // The image of one (chunk, sequence, head), in the scan's shared-memory layouts (wgmma's no-swizzle
 // K-major core matrices): [-W; qs] f16 (8 k16 steps x 2 k cores x 16 n cores x 128 B), ke bf16 hi
-// / lo (4 k16 steps x (hi, lo) x 2 k cores x 16 n cores), A_qk bf16 (4 k16 steps x 2 k cores x
-// 8 n cores; hi, then lo 8 KiB on), the decays 2^G_63 (f32 per key); Tb bf16 hi, then lo (8 KiB
-// each), in its own array. Where the tokens t are wgmma's N (-W, qs, Tb^T, A_qk^T: P^T's and
-// O^T's columns), their 16-token blocks are in reverse order (n core (t / 8) ^ 6): the k16 steps
-// of the triangular Tb^T and A_qk^T then multiply only their nonzero blocks, t >= 16 kk, as the
-// leading columns of P^T / O^T (session 44: the blocks above the diagonal, 3 of 8 m64n64k16 for
-// U^T and 4.5 of 12 for the A_qk part, are neither made nor multiplied).
-constexpr uint32_t kPqBytes = 32768, kKeBytes = 32768, kAqBytes = 16384;
+// / lo (4 k16 steps x (hi, lo) x 2 k cores x 16 n cores), A_qk bf16 (triangular, below), the
+// decays 2^G_63 (f32 per key); Tb bf16 (triangular), in its own array. Where the tokens t are
+// wgmma's N (-W, qs, Tb^T, A_qk^T: P^T's and O^T's columns), their 16-token blocks are in
+// reverse order (n core (t / 8) ^ 6): the k16 steps of the triangular Tb^T and A_qk^T then
+// multiply only their nonzero blocks, t >= 16 kk, as the leading columns of P^T / O^T, and the
+// image holds only those (session 44: the blocks above the diagonal, 3 of 8 m64n64k16 for U^T
+// and 4.5 of 12 for the A_qk part, are neither made, stored, loaded nor multiplied).
+// Triangular layout: k16 step kk (s in 16 kk ..) holds token blocks 3 .. kk (n cores 0 ..
+// 7 - 2 kk, 128 B each) from tri_base(kk), its second k core 1024 B on as in the full layout:
+// steps 0, 1, 3, 2 at 0, 2048, 2816, 4096 (a 512-byte gap at 4608); hi, then lo kTriBytes on.
+// (Packed without gaps, the steps' k cores 768, 512, 256 B apart: the scan 6 % slower, s44.)
+__host__ __device__ constexpr uint32_t tri_base(int kk) {
+  return kk == 0 ? 0 : (kk == 1 ? 2048 : (kk == 2 ? 4096 : 2816));
+}
+constexpr uint32_t kTriBytes = 5632;  // 10 of 16 blocks of 16 x 16
+constexpr uint32_t kPqBytes = 32768, kKeBytes = 32768, kAqBytes = 2 * kTriBytes;
 constexpr uint32_t kDecayBytes = 512;
 constexpr uint32_t kKeOff = kPqBytes, kAqOff = kKeOff + kKeBytes, kDecayOff = kAqOff + kAqBytes;
 constexpr uint32_t kImgBytes = kDecayOff + kDecayBytes;
-constexpr uint32_t kTbBytes = 16384;
+constexpr uint32_t kTbBytes = 2 * kTriBytes;
 constexpr uint32_t kVBytes = 8192;  // v of a value half: 64 tokens x 128 B, 128-byte swizzle
 
 // The scan CTA's shared memory (two warpgroups, value rows 64 w .. 64 w + 63 each): two stages,
 // each in two parts with their own full / empty mbarriers: part 0 (v of both value halves, Tb,
 // [-W; qs]; 1024-byte aligned for the swizzled v boxes), read by the products with S^T and free
 // once they are done (the v halves hold the chunk's outputs from its end until the loader's TMA
-// stores have read them), and part 1 (ke, A_qk, the decays), free at the chunk's end. Nothing
-// else fits.
+// stores have read them), and part 1 (ke, A_qk, the decays), free at the chunk's end (202 KiB).
 struct Layout {
   static constexpr uint32_t kTbOff = 2 * kVBytes, kPqOff = kTbOff + kTbBytes;  // in part 0
-  static constexpr uint32_t kPart0 = kPqOff + kPqBytes;                        // 64 KiB
+  static constexpr uint32_t kPart0 = kPqOff + kPqBytes;                        // 58 KiB
   static constexpr uint32_t kPart1Bytes = kImgBytes - kPqBytes;                // ke, A_qk, decays
   static constexpr uint32_t kPart1 = (kPart1Bytes + 1023) / 1024 * 1024;
   static constexpr uint32_t kPart1Off = 2 * kPart0, kBarOff = kPart1Off + 2 * kPart1;
   static constexpr uint32_t kSmem = kBarOff + 128;
   static_assert(kSmem <= 227 * 1024, "two stages, the barriers");
+  static_assert(kPart0 % 1024 == 0, "the second stage's swizzled v boxes");
 };
 // Warp 0: the loader (lane 0), warps 1-3: idle (setmaxnreg moves registers by whole warpgroups;
 // a 288-thread CTA gets 168 per thread, session 42), warps 4-11: the two scan warpgroups.
@@ -90,15 +98,16 @@ __device__ __forceinline__ int sw(int r, int c) { return r * kCols + (c ^ ((r & 
 
 struct Smem {
   float kf[kR * kCols];  // k^ F: A' rows, kw / 2^Ga; then Tb and the next item's g rows
-  float qf[kR * kCols];  // q^ F: A_qk rows; then kw (split bf16, wgmma B layout); next q rows
-  float kh[kR * kCols];  // k^ H: A' / A_qk columns; then X below the diagonal, v; next k rows
+  float qf[kR * kCols];  // q^ F: A_qk rows; then kw (split bf16, wgmma B layout)
+  float kh[kR * kCols];  // k^ / F: A' / A_qk columns; then X below the diagonal, next k, q rows
   float nb[10][16][16];  // N by 16 x 16 blocks (I, J <= I) at I (I + 1) / 2 + J; then X
   // Rows 0-3: the blocks' gate totals (step 2); then the column factors of A''s pairs other than
   // (I, I) (kPairs' third entry): 2^(Ga_I - Ga_J) per key.
   float cf[7][kCols];
   float pe[4][kCols];  // kw's factors 2^Ga_I / kCompHalf; first the norms' partial sums (8 x 32)
   float rq[kR], rk[kR], beta[kR];
-  int next_item;  // taken from PrefillArgs::wy_counter
+  int next_item;  // taken from PrefillArgs::wy_counter (in step 5: the item after the next)
+  int after;      // at the start: the second item
   int pending;    // the previous item's ready flag, released in this item's step 2
 };
 static_assert(sizeof(Smem) <= 115712, "two CTAs per SM");
@@ -139,15 +148,14 @@ __host__ __device__ __forceinline__ uint32_t w_offset(int r, int key) {
 }
 
 // The next item's raw q, k, g rows (tensor 0, 1, 2; 64 rows of 256 B each) staged in shared memory
-// while this item's W runs, where nothing is read any more: k in kh's first 14 KiB (rows 56-63
-// in nb's first 2 KiB), g in k^ F's upper half (Tb holds the lower), q in qf's first 16 KiB once
-// W has read kw.
+// during this item, each as soon as its space is read no more: q in kh's upper half after step 3
+// (A''s columns read), g in k^ F's upper half after step 4 (kw made; Tb takes the lower half),
+// k in kh's first 14 KiB (rows 56-63 in nb's first 2 KiB) after step 6 (X read).
 __device__ __forceinline__ unsigned char* staged_row(Smem& sm, int tensor, int r) {
   unsigned char* kf = reinterpret_cast<unsigned char*>(sm.kf);
   unsigned char* kh = reinterpret_cast<unsigned char*>(sm.kh);
   unsigned char* nb = reinterpret_cast<unsigned char*>(sm.nb);
-  unsigned char* qf = reinterpret_cast<unsigned char*>(sm.qf);
-  return tensor == 0   ? qf + 256 * r
+  return tensor == 0   ? kh + 16384 + 256 * r
          : tensor == 1 ? (r < 56 ? kh + 256 * r : nb + 256 * (r - 56))
                        : kf + 16384 + 256 * r;
 }
@@ -185,19 +193,26 @@ __global__ void __launch_bounds__(kThreads, 2)
   if (tid == 0) {
     const bool idle = int(sm_id()) < a.wy_idle_sms &&
                       atomicAdd(a.wy_counter + 1, 1u) + 1 < gridDim.x;  // not the last idle one
-    sm.next_item = idle ? -1 : take();
+    const int first = idle ? -1 : take();
+    sm.next_item = first;
+    sm.after = first >= 0 ? take() : -1;
   }
   __syncthreads();
   griddep_launch_dependents();  // the scan launched behind it by PDL may start
-  int next = sm.next_item;
+  // This item and the next (whose rows this item stages); warp 7 takes the one after in step 5.
+  int next = sm.after;
 #pragma unroll 1
-  for (int round = 0, item = next; item >= 0; item = next, ++round) {
+  for (int round = 0, item = sm.next_item; item >= 0; ++round) {
     __builtin_assume(item >= 0 && a.H > 0 && heads > 0);
     const int c = item / heads, bh = item - c * heads, h = bh % a.H;
     const int64_t tok0 = int64_t(bh / a.H) * a.T + int64_t(c) * kR;
     const int flag = bh * a.wy_chunks + c;  // the item's image, Tb and ready flag
     unsigned char* img = a.wy_img + size_t(flag) * kImgBytes;
     unsigned char* tbimg = a.wy_tb + size_t(flag) * kTbBytes;
+    const bool stage_next = next >= 0;
+    const int nc = stage_next ? next / heads : 0, nbh = stage_next ? next - nc * heads : 0;
+    const int nh = nbh % a.H;
+    const int64_t ntok0 = int64_t(nbh / a.H) * a.T + int64_t(nc) * kR;
 
     // 1. Thread (column pair cp, row block qb) loads its 16 rows of q, k, g (columns 2 cp,
     // 2 cp + 1) from shared memory, where the previous item staged them (stage_next), or else
@@ -402,7 +417,7 @@ __global__ void __launch_bounds__(kThreads, 2)
         // scale is in q's row norms.
         float* nbl = &sm.nb[nb_index(I, J)][0][0];
         float* nbp = nbl + g * 16 + 2 * t;
-        unsigned char* aqp = img + kAqOff + J * 2048 + (3 - I) * 256 + g * 16 + 4 * t;
+        unsigned char* aqp = img + kAqOff + tri_base(J) + (3 - I) * 256 + g * 16 + 4 * t;
         const int dr = I == J ? g - 2 * t : 16;
         const float bet[2] = {sm.beta[ra], sm.beta[rb]};
 #pragma unroll
@@ -418,7 +433,7 @@ __global__ void __launch_bounds__(kThreads, 2)
             uint32_t hi, lo;
             split_bf16x2(q0, q1, hi, lo);
             *reinterpret_cast<uint32_t*>(aqp + n * 1024 + e * 128) = hi;
-            *reinterpret_cast<uint32_t*>(aqp + kAqBytes / 2 + n * 1024 + e * 128) = lo;
+            *reinterpret_cast<uint32_t*>(aqp + kTriBytes + n * 1024 + e * 128) = lo;
           }
         }
         // X_II = (I + N_II)^-1 in place, by forward substitution, two blocks per warp: warp 0
@@ -453,6 +468,10 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
     // (A_qk's blocks above the diagonal, I < J, are not written: the scan skips them.)
     __syncthreads();
+    if (stage_next) {  // the next item's q rows over A''s columns (read)
+      stage_rows(a, sm, ntok0, nh, 0, tid / 16, 16, 4, tid % 16);
+      cp_async_commit_group();
+    }
     // 4. kw = k^ F 2^Ga in split bf16 into qf's space, as wgmma's B operand of W = Tb kw (K =
     // tokens, N = keys, K-major: the image's ke layout): per 16-token step 8 KiB, hi then lo.
     // Thread: key tid % 128, tokens 8 (tid / 128) + 16 J + (0..7) for J = 0..3; the swizzled
@@ -541,12 +560,16 @@ __global__ void __launch_bounds__(kThreads, 2)
       if (warp == 4) acc(3, 1, 1);
       if (warp == 6) acc(3, 0, 0);
       __syncthreads();
+      if (stage_next) {  // the next item's g rows over k^ F's upper half (kw made)
+        stage_rows(a, sm, ntok0, nh, 2, tid / 16, 16, 4, tid % 16);
+        cp_async_commit_group();
+      }
       if (warp == 3) acc(2, 1, 0), fin(2, 0);
       if (warp == 4) acc(3, 2, 1), fin(3, 1);
       if (warp == 5) acc(2, 1, 0), fin_to(xblock(3, 2), xoff + off_index(3, 0) * 256);
       if (warp == 6) acc(3, 1, 0), fin_to(xblock(3, 3), xoff + 6 * 256);
-      // Warp 7 has no target: it takes the next item (the atomic's latency off the other warps'
-      // path; read after step 6's barrier).
+      // Warp 7 has no target: it takes the item after the next (the atomic's latency off the
+      // other warps' path; read after step 6's barrier).
       if (warp == 7 && lane == 0) sm.next_item = take();
     }
     __syncthreads();
@@ -580,22 +603,17 @@ __global__ void __launch_bounds__(kThreads, 2)
       const int off = s8 * 1024 + (r / 8) * 128 + (r % 8) * 16;
       *reinterpret_cast<uint4*>(tb + off) = hi;
       *reinterpret_cast<uint4*>(tb + 8192 + off) = lo;
-      if (J <= I) {  // the image: none above the diagonal (the scan skips them)
-        const int img_off = off ^ 0x300;  // token blocks reversed: (r / 8) ^ 6
+      if (J <= I) {  // the image: triangular, token blocks reversed
+        const uint32_t img_off = tri_base(J) + (s8 % 2) * 1024 + ((r / 8) ^ 6) * 128 + (r % 8) * 16;
         *reinterpret_cast<uint4*>(tbimg + img_off) = hi;
-        *reinterpret_cast<uint4*>(tbimg + 8192 + img_off) = lo;
+        *reinterpret_cast<uint4*>(tbimg + kTriBytes + img_off) = lo;
       }
     }
     fence_proxy_async_shared();  // Tb is read by wgmma
     __syncthreads();
-    next = sm.next_item;  // taken by warp 7 in step 5
-    const bool stage_next = next >= 0;
-    const int nc = stage_next ? next / heads : 0, nbh = stage_next ? next - nc * heads : 0;
-    const int nh = nbh % a.H;
-    const int64_t ntok0 = int64_t(nbh / a.H) * a.T + int64_t(nc) * kR;
-    if (stage_next) {  // k, g: rows tid / 16 + 16 i of both by every thread
+    const int after = sm.next_item;  // taken by warp 7 in step 5
+    if (stage_next) {                // the next item's k rows over X (read)
       stage_rows(a, sm, ntok0, nh, 1, tid / 16, 16, 4, tid % 16);
-      stage_rows(a, sm, ntok0, nh, 2, tid / 16, 16, 4, tid % 16);
       cp_async_commit_group();
     }
     // W = Tb kw on wgmma by warpgroup 0 (4 token steps x 3 m64n128k16, both operands in shared
@@ -615,10 +633,6 @@ __global__ void __launch_bounds__(kThreads, 2)
       wgmma_commit_group();
       wgmma_wait_group<0>();
       wgmma_fence_operands(aw);
-      if (stage_next) {  // q over kw, now read: rows tid / 16 + 8 i
-        stage_rows(a, sm, ntok0, nh, 0, tid / 16, 8, 8, tid % 16);
-        cp_async_commit_group();
-      }
       // -W (f16 pairs): rows 16 w + g (+ 8), keys 8 j + 2 t of n8 tile j.
       unsigned char* wb = img + (3 - warp) * 256 + g * 16 + 4 * t;
 #pragma unroll
@@ -636,6 +650,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       else
         red_release_add(&a.wy_ready[flag], 1u);
     }
+    item = next, next = after;
   }
 }
 
@@ -828,8 +843,8 @@ __global__ void __launch_bounds__(kScanThreads, 1)
         af[kk][r] = pack_f16x2(S[8 * kk + 2 * r], S[8 * kk + 2 * r + 1]);
         amax = __vmaxu2(amax, af[kk][r] & 0x7fff7fffu);
       }
-    const SmemDesc dt = smem_desc_noswizzle(p0 + L::kTbOff, 1024, 128);  // lo + 8 KiB
     const SmemDesc dw = smem_desc_noswizzle(p0 + L::kPqOff, 2048, 128);  // -W; qs: + 1024 B
+    const SmemDesc dt = smem_desc_noswizzle(p0 + L::kTbOff, 1024, 128);  // triangular
     // V_new'^T = S'^T (-W)^T + (v^T 2^sigma) Tb^T: f16 S'^T and W, split Tb (v is exact in bf16).
     float P[32];  // token blocks reversed, as O'^T
     wgmma_fence();
@@ -846,8 +861,9 @@ __global__ void __launch_bounds__(kScanThreads, 1)
     wgmma_fence();  // av written after the first wgmmas were issued
 #pragma unroll
     for (int J = 0; J < 4; ++J) {  // tokens t >= 16 J only (Tb lower triangular): 4 - J blocks
-      wgmma_m64n64k16_bf16_rs_first(P, av[J], dt + 512 + 128 * J, 4 - J);
-      wgmma_m64n64k16_bf16_rs_first(P, av[J], dt + 128 * J, 4 - J);
+      const SmemDesc dtj = dt + tri_base(J) / 16;
+      wgmma_m64n64k16_bf16_rs_first(P, av[J], dtj + kTriBytes / 16, 4 - J);  // lo
+      wgmma_m64n64k16_bf16_rs_first(P, av[J], dtj, 4 - J);
     }
     wgmma_commit_group();
 #pragma unroll
@@ -878,7 +894,7 @@ __global__ void __launch_bounds__(kScanThreads, 1)
       for (int r = 0; r < 4; ++r)
         split_bf16x2(P[8 * (3 - kk) + 2 * r], P[8 * (3 - kk) + 2 * r + 1], vh[kk][r], vl[kk][r]);
     const SmemDesc dk = smem_desc_noswizzle(p1, 2048, 128);                    // 8 KiB / k16
-    const SmemDesc dq = smem_desc_noswizzle(p1 + kAqOff - kKeOff, 1024, 128);  // 2 KiB / k16
+    const SmemDesc dq = smem_desc_noswizzle(p1 + kAqOff - kKeOff, 1024, 128);  // triangular
     wgmma_fence_operands(S);
     wgmma_fence();
 #pragma unroll
@@ -888,10 +904,11 @@ __global__ void __launch_bounds__(kScanThreads, 1)
       wgmma_m64n128k16_bf16_rs(S, vh[kk], dk + 512 * kk, true);
     }
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {  // lo + 8 KiB; lower triangular as Tb
-      wgmma_m64n64k16_bf16_rs_first(O, vl[kk], dq + 128 * kk, 4 - kk);
-      wgmma_m64n64k16_bf16_rs_first(O, vh[kk], dq + 512 + 128 * kk, 4 - kk);
-      wgmma_m64n64k16_bf16_rs_first(O, vh[kk], dq + 128 * kk, 4 - kk);
+    for (int kk = 0; kk < 4; ++kk) {  // lower triangular as Tb
+      const SmemDesc dqk = dq + tri_base(kk) / 16;
+      wgmma_m64n64k16_bf16_rs_first(O, vl[kk], dqk, 4 - kk);
+      wgmma_m64n64k16_bf16_rs_first(O, vh[kk], dqk + kTriBytes / 16, 4 - kk);
+      wgmma_m64n64k16_bf16_rs_first(O, vh[kk], dqk, 4 - kk);
     }
     wgmma_commit_group();
     // The next chunk's bound, in the state update's shadow.
