@@ -74,7 +74,8 @@ struct Layout {
   static constexpr uint32_t kPart0 = kPqOff + kPqBytes;                        // 58 KiB
   static constexpr uint32_t kPart1Bytes = kImgBytes - kPqBytes;                // ke, A_qk, decays
   static constexpr uint32_t kPart1 = (kPart1Bytes + 1023) / 1024 * 1024;
-  static constexpr uint32_t kPart1Off = 2 * kPart0, kBarOff = kPart1Off + 2 * kPart1;
+  static constexpr uint32_t kPart1Off = 2 * kPart0, kOutOff = kPart1Off + 2 * kPart1;
+  static constexpr uint32_t kBarOff = kOutOff + 2 * kVBytes;  // the outputs: one 16 KiB box pair
   static constexpr uint32_t kSmem = kBarOff + 128;
   static_assert(kSmem <= 227 * 1024, "two stages, the barriers");
   static_assert(kPart0 % 1024 == 0, "the second stage's swizzled v boxes");
@@ -84,7 +85,8 @@ struct Layout {
 constexpr int kScanThreads = 384;
 struct Bars {
   uint64_t full0[2], empty0[2], full1[2], empty1[2];
-  uint64_t staged[2];  // the chunk's outputs are staged over part 0's v halves (every scan thread)
+  uint64_t staged[2];  // the chunk's outputs staged (every scan thread)
+  uint64_t out_free;   // the output buffer read by its TMA stores (the loader)
 };
 
 // ---- the producer ---------------------------------------------------------------------------
@@ -721,6 +723,7 @@ __global__ void __launch_bounds__(kScanThreads, 1)
       mbarrier_init(&bars.full1[i], 1), mbarrier_init(&bars.empty1[i], 256);
       mbarrier_init(&bars.staged[i], 256);
     }
+    mbarrier_init(&bars.out_free, 1);
     fence_mbarrier_init();
   }
   __syncthreads();
@@ -728,21 +731,24 @@ __global__ void __launch_bounds__(kScanThreads, 1)
   if (threadIdx.x < 128) {
     setmaxnreg_dec<56>();    // 384 x 168 registers: 128 x 56 + 256 x 224
     if (threadIdx.x < 32) {  // loader (and output store): warp 0, lane 0
-      // Chunk c's outputs, staged over the v halves of its stage: two TMA stores.
+      // Chunk c's outputs, staged in the output buffer: two TMA stores; the buffer is free again
+      // once they have read it.
       auto store_outputs = [&](int c) {
         mbarrier_wait(&bars.staged[c & 1], (c >> 1) & 1);
 #pragma unroll
         for (int w = 0; w < 2; ++w)
           tma_store_2d(&a.tm_out, 128 * h + 64 * w, int(tok_base + kChunk * c),
-                       smem + (c & 1) * L::kPart0 + w * kVBytes);
+                       smem + L::kOutOff + w * kVBytes);
         bulk_commit_group();
+        bulk_wait_group_read<0>();
+        mbarrier_arrive(&bars.out_free);
       };
       if (lane == 0) {
         for (int c = 0; c < chunks; ++c) {
           const int s = c & 1, par = ((c >> 1) - 1) & 1;
-          // The image's part 0 (just made: from L2) once it is ready; v (an input, prefetched into
-          // L2 a stage ahead: chunks 0 and 1 at the start, then chunk c + 1) once chunk c - 2's
-          // outputs staged over it are stored; then part 1.
+          // The image's part 0 (just made: from L2) once it is ready, with v (an input, prefetched
+          // into L2 a stage ahead: chunks 0 and 1 at the start, then chunk c + 1); part 1; then
+          // chunk c - 2's outputs (staged once chunk c - 1's products are issued).
           if (c >= 2) mbarrier_wait(&bars.empty0[s], par);
           unsigned char* p0 = smem + s * L::kPart0;
           mbarrier_arrive_expect_tx(&bars.full0[s], L::kPart0);
@@ -757,10 +763,6 @@ __global__ void __launch_bounds__(kScanThreads, 1)
           const unsigned char* img = a.wy_img + size_t(item) * kImgBytes;
           bulk_load(p0 + L::kTbOff, a.wy_tb + size_t(item) * kTbBytes, kTbBytes, &bars.full0[s]);
           bulk_load(p0 + L::kPqOff, img, kPqBytes, &bars.full0[s]);
-          if (c >= 2) {
-            store_outputs(c - 2);
-            bulk_wait_group_read<0>();
-          }
 #pragma unroll
           for (int w = 0; w < 2; ++w)
             tma_load_2d(p0 + w * kVBytes, &a.tm_v, 128 * h + 64 * w, int(tok_base + kChunk * c),
@@ -775,6 +777,7 @@ __global__ void __launch_bounds__(kScanThreads, 1)
             bulk_prefetch_l2(img + kImgBytes, kImgBytes);
             bulk_prefetch_l2(a.wy_tb + size_t(item + 1) * kTbBytes, kTbBytes);
           }
+          if (c >= 2) store_outputs(c - 2);
         }
         for (int c = max(chunks - 2, 0); c < chunks; ++c) store_outputs(c);
         bulk_wait_group<0>();
@@ -803,18 +806,18 @@ __global__ void __launch_bounds__(kScanThreads, 1)
   // lane % 8 of it (16-byte piece 2 warp + mi % 2 of the row, XOR the row's index mod 8).
   const uint32_t v_lane = uint32_t((8 * (lane / 16) + lane % 8) * 128 +
                                    16 * ((2 * warp + (lane / 8) % 2) ^ (lane % 8)));
-  // out <- bf16(O'^T 2^-sigma) of chunk c: staged by stmatrix over this warpgroup's v half of the
-  // chunk's stage (read into registers before the chunk's products: free; transposed: token rows
-  // of 64 values, the TMA box's 128-byte swizzle, the addresses of v's ldmatrix), then stored by
-  // the loader thread (two TMA stores) before it loads chunk c + 2's v there, from L2. (Session
-  // 42 stored 4 bytes per lane straight from the accumulators, 16 stores per warp and chunk over
-  // 8 token rows each; session 43: H32 -3.6 to -4.3 %. Staged over part 1 instead, the
-  // warpgroups meet on a barrier first: -2.3 to -2.8 %. Over the v half without v's L2 prefetch,
-  // v came from HBM a chunk later than before: +1 %.) The stores are released to the loader
+  // out <- bf16(O'^T 2^-sigma) of chunk c: staged by stmatrix in this warpgroup's half of the
+  // output buffer (transposed: token rows of 64 values, the TMA box's 128-byte swizzle, the
+  // addresses of v's ldmatrix), then stored by the loader thread (two TMA stores). (Session 42
+  // stored 4 bytes per lane straight from the accumulators, 16 stores per warp and chunk over 8
+  // token rows each; session 43: staged, H32 -3.6 to -4.3 %, over the v half of the chunk's
+  // stage, whose next v then waited for the stores; session 44: a buffer of its own, v loaded with
+  // the image's part 0, ~1.5 chunks ahead.) The stores are released to the loader
   // (release_out: the proxy fence, then the staged barrier) once the next chunk's products are
   // issued: the fence waits for the stmatrix to land, off the chain between the two chunks.
   auto stage_out = [&](const float(&o)[32], int c) {
-    unsigned char* stage = smem + (c & 1) * L::kPart0 + wg * kVBytes;
+    if (c > 0) mbarrier_wait(&bars.out_free, (c - 1) & 1);  // chunk c - 1's stores read it
+    unsigned char* stage = smem + L::kOutOff + wg * kVBytes;
 #pragma unroll
     for (int J = 0; J < 4; ++J)
       stmatrix_x4_trans(stage + v_lane + 2048 * (3 - J),
