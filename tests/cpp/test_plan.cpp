@@ -289,9 +289,9 @@ TEST(PrefillPlan, KnobsForceThePlan) {
 
 // A bad value is an error naming the variable, the expectation and the value, also where the knob
 // would have no effect (the size query raises it before any launch).
-// The 64-token WY pipeline (plan.cu use_wy64): chosen by itself for 28-40 sequences x heads of a
-// fixed-length batch with T in [4096, 16384] (32-40 of them up to T = 65536; session 43's
-// measurements), the bounded gate, bf16 g, HV = H, no knob of the other plans set; never where it
+// The 64-token WY pipeline (plan.cu use_wy64): chosen by itself for 24-40 sequences x heads of a
+// fixed-length batch with T in [4096, 65536] (20-40 at T = 4096; session 44's measurements), the
+// bounded gate, bf16 g, HV = H, no knob of the other plans set; never where it
 // cannot run (forcing it there is an error naming the knob and what it needs); forced on, it runs
 // any supported shape.
 TEST(PrefillPlan, Wy64WhereItRuns) {
@@ -301,10 +301,17 @@ TEST(PrefillPlan, Wy64WhereItRuns) {
   EXPECT_TRUE(plan_of(shape(16384, 32)).wy64);
   EXPECT_TRUE(plan_of(shape(65536, 32)).wy64);
   EXPECT_TRUE(plan_of(shape(8192, 20, 2)).wy64);  // 40 sequences x heads
-  EXPECT_FALSE(plan_of(shape(4096, 24)).wy64);
+  EXPECT_TRUE(plan_of(shape(4096, 24)).wy64);
+  EXPECT_TRUE(plan_of(shape(4096, 20)).wy64);
+  EXPECT_TRUE(plan_of(shape(65536, 28)).wy64);
+  EXPECT_TRUE(plan_of(shape(65536, 24)).wy64);
+  EXPECT_TRUE(plan_of(shape(16384, 12, 2)).wy64);  // 24 sequences x heads
+  EXPECT_FALSE(plan_of(shape(8192, 20)).wy64);
+  EXPECT_FALSE(plan_of(shape(4096, 16)).wy64);
   EXPECT_FALSE(plan_of(shape(8192, 16)).wy64);
+  EXPECT_FALSE(plan_of(shape(4096, 44)).wy64);
+  EXPECT_FALSE(plan_of(shape(65536, 44)).wy64);
   EXPECT_FALSE(plan_of(shape(4096, 16, 3)).wy64);  // 48 sequences x heads
-  EXPECT_FALSE(plan_of(shape(65536, 28)).wy64);
   EXPECT_FALSE(plan_of(shape(131072, 32)).wy64);
   EXPECT_FALSE(plan_of(shape(2048, 32)).wy64);
   EXPECT_FALSE(plan_of(shape(8192, 64)).wy64);

@@ -391,24 +391,25 @@ bool use_persistent(const ForwardParams& p, int64_t num_seq, const Plan& plan, i
   return double(p.B * p.T) / double(num_seq) <= 256.0;
 }
 
-// The 64-token WY pipeline (wy64.cuh; docs/prefill.md, sessions 38-43): a producer kernel makes
+// The 64-token WY pipeline (wy64.cuh; docs/prefill.md, sessions 38-44): a producer kernel makes
 // every chunk's operands on the SMs the scan leaves free (one scan CTA per sequence and head). Its
-// time is about the larger of the scan's chain (~2.7 us per 64 tokens, whatever the head count)
-// and the producer's share (~7.5-8.7 SM-us per chunk and head over the SMs the scan leaves); the
-// other plans spread the work over every SM. Measured (H200, session 43, BENCHMARKS.md: wy64 with
-// its outputs staged over part 1 (bee4374) / the other plans, ms, same calls; the final scan is
-// 3-6 % faster at H32): it wins for 28-40 sequences x heads and loses outside:
-//   T4096:  H24 0.212 / 0.206, H28 0.214 / 0.240, H32 0.215 / 0.240, H36 0.218 / 0.256,
-//           H40 0.239 / 0.256;
-//   T8192:  H16 0.385 / 0.266, H40 0.447 / 0.485, H48 0.569 / 0.493;
-//   T16384: H16 0.736 / 0.477, H24 0.737 / 0.648, H28 0.738 / 0.749, H32 0.742 / 0.763,
-//           H36 0.761 / 0.893, H40 0.857 / 0.945, H48 1.10 / 0.94;
-//   T65536: H24 2.82 / 2.42, H28 2.83 / 2.81, H32 2.86 / 2.89, H40 3.35 / 3.48.
-// So: 28-40 of them for T in [4096, 16384], 32-40 up to T = 65536 (measured points only; longer
-// and shorter sequences keep the other plans), its workspace (every chunk's image, ~96 KiB per 64
-// tokens and head) up to kWy64AutoBytes, and only where no knob of the other plans is set (those
-// force a part of them). FASTKDA_PREFILL_WY64=0 / 1 forces it off / on (on: an error where it
-// cannot run).
+// time is about the larger of the scan's chain (~2.3-2.4 us per 64 tokens, whatever the head
+// count) and the producer's share over the SMs the scan leaves; the other plans spread the work
+// over every SM, so they win with few heads (the scan's chain alone is longer) and with many (the
+// producer's SMs too few). Measured (H200, session 44 call 13, BENCHMARKS.md: wy64 / the other
+// plans, ms, same call, two rounds):
+//   T4096:  H20 0.184 / 0.188, H24 0.186 / 0.207, H44 0.257-0.258 / 0.257-0.259;
+//   T8192:  H24 0.334 / 0.356, H44 0.486 / 0.492;
+//   T16384: H24 0.626 / 0.653-0.656, H44 0.944 / 0.946-0.955;
+//   T65536: H24 2.381-2.383 / 2.426-2.429, H28 2.400 / 2.852, H44 3.69-3.72 / 3.60-3.65;
+// H32 0.192 / 0.643 / 2.46-2.49 against 0.239 / 0.772 / 2.880 (session 43's other plans), and
+// session 43's H16 T8192 0.385 / 0.266, H16 T16384 0.736 / 0.477 (wy64 then ~7 % slower).
+// So: 20-40 sequences x heads at T = 4096, 24-40 for T up to 65536 (measured points only:
+// shorter and longer sequences keep the other plans; with fewer heads the scan's chain, the same
+// for every head count, is longer than the other plans), its workspace (every chunk's image and
+// Tb, 88576 B per 64 tokens and head) up to kWy64AutoBytes, and only where no knob of the other
+// plans is set (those force a part of them). FASTKDA_PREFILL_WY64=0 / 1 forces it off / on (on:
+// an error where it cannot run).
 }  // namespace
 
 constexpr double kWy64AutoBytes = 4.0 * (1ull << 30);
@@ -449,9 +450,9 @@ bool use_wy64(const ForwardParams& p, int64_t num_seq, int sms, const KnobValues
   for (size_t i = 0; i + 1 < knobs.size(); ++i)  // another plan's knob set: that plan
     if (!knobs[i].empty()) return false;
   const int64_t heads = num_seq * p.H;
-  const double bytes = double(p.B * p.T / 64 * p.H) * 98816.0;  // image + Tb
-  return why == nullptr && heads >= 28 && heads <= 40 && p.T >= 4096 &&
-         (p.T <= 16384 || (heads >= 32 && p.T <= 65536)) && bytes <= kWy64AutoBytes;
+  const double bytes = double(p.B * p.T / 64 * p.H) * 88576.0;  // image + Tb
+  return why == nullptr && heads >= (p.T <= 4096 ? 20 : 24) && heads <= 40 && p.T >= 4096 &&
+         p.T <= 65536 && bytes <= kWy64AutoBytes;
 }
 
 // What the plan depends on: the shape, the gate, the scan's operands, the SM count and the tuning
