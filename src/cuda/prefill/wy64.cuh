@@ -67,8 +67,8 @@ constexpr uint32_t kVBytes = 8192;  // v of a value half: 64 tokens x 128 B, 128
 // The scan CTA's shared memory (two warpgroups, value rows 64 w .. 64 w + 63 each): two stages,
 // each in two parts with their own full / empty mbarriers: part 0 (v of both value halves, Tb,
 // [-W; qs]; 1024-byte aligned for the swizzled v boxes), read by the products with S^T and free
-// once they are done (the v halves hold the chunk's outputs from its end until the loader's TMA
-// stores have read them), and part 1 (ke, A_qk, the decays), free at the chunk's end (202 KiB).
+// once they are done, and part 1 (ke, A_qk, the decays), free at the chunk's end; then the output
+// buffer (one chunk's two 64 x 64 boxes, 1024-byte aligned) and the barriers: 222 KiB.
 struct Layout {
   static constexpr uint32_t kTbOff = 2 * kVBytes, kPqOff = kTbOff + kTbBytes;  // in part 0
   static constexpr uint32_t kPart0 = kPqOff + kPqBytes;                        // 58 KiB
@@ -78,7 +78,7 @@ struct Layout {
   static constexpr uint32_t kBarOff = kOutOff + 2 * kVBytes;  // the outputs: one 16 KiB box pair
   static constexpr uint32_t kSmem = kBarOff + 128;
   static_assert(kSmem <= 227 * 1024, "two stages, the barriers");
-  static_assert(kPart0 % 1024 == 0, "the second stage's swizzled v boxes");
+  static_assert(kPart0 % 1024 == 0 && kPart1 % 1024 == 0, "the swizzled v and output boxes");
 };
 // Warp 0: the loader (lane 0), warps 1-3: idle (setmaxnreg moves registers by whole warpgroups;
 // a 288-thread CTA gets 168 per thread, session 42), warps 4-11: the two scan warpgroups.
@@ -182,8 +182,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   __builtin_assume(tid >= 0 && tid < kThreads);  // no sign fix-ups in the index arithmetic
   // Items (chunk, sequence, head), chunk-major, taken in order from a.wy_counter by persistent
   // CTAs (a grid of what the SMs hold at once), each staging its next item's q, k, g rows in
-  // shared memory during W (session 39, H32 T16384: one item per CTA 0.581 ms, persistent 0.599,
-  // staged 0.553). The CTAs on SMs < a.wy_idle_sms take none: the scan, launched behind this
+  // shared memory during the item (session 39, H32 T16384: one item per CTA 0.581 ms,
+  // persistent 0.599, staged 0.553; session 44: each as soon as its space is free, below). The CTAs on SMs < a.wy_idle_sms take none: the scan, launched behind this
   // kernel, takes those SMs (session 41). Unless every CTA of the grid landed there (another
   // kernel holding the other SMs; wy_counter[1] counts them): then the last one makes every item,
   // since the scan waits for them and the producer must never wait for the scan.
