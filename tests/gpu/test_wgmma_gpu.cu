@@ -6,7 +6,9 @@
 //   tokens, 128 keys);
 //   bf16 m64n128k16 (the state update S^T += V_new^T ke: 64 rows, 128 keys, 16 tokens);
 //   the two chained: the accumulator of the second fed back as the A operand of the first with the
-//   key order permuted, as the scan does with its state.
+//   key order permuted, as the scan does with its state;
+//   bf16 m64n(16 n16)k16 on the leading accumulators of an m64n64 (wgmma_m64n64k16_bf16_rs_first,
+//   the WY scan's triangular factors): the other columns untouched.
 // On a mismatch the test reruns with the two descriptor offsets swapped and says whether that
 // layout matches instead.
 #include <cuda_runtime_api.h>
@@ -169,6 +171,35 @@ __global__ void chain_kernel(const uint16_t* a, const uint16_t* b, const float* 
   store_acc<16>(d, V);
 }
 
+// d (64 x 64, from d0) += a b^T on columns 0 .. 16 n16 - 1 only (a: 64 x 16, b: 64 x 16 [n][k],
+// bf16 bits): B's two k cores 1024 bytes apart, its n cores 128 (the WY scan's triangular images).
+__global__ void bf16_first_kernel(const uint16_t* a, const uint16_t* b, const float* d0, float* d,
+                                  int n16) {
+  __shared__ __align__(128) uint16_t sb[2 * 1024 / 2];
+  for (int i = threadIdx.x; i < 64 * 16; i += 128) {
+    const int n = i / 16, k = i % 16;
+    sb[((n / 8) * 128 + (k / 8) * 1024) / 2 + (n % 8) * 8 + k % 8] = b[i];
+  }
+  fence_proxy_async_shared();
+  __syncthreads();
+  uint32_t af[4];
+  bf16_a_fragment(a, af);
+  const int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int r0 = 16 * w + g, r1 = r0 + 8;
+  float acc[32];
+  for (int i = 0; i < 8; ++i) {
+    acc[4 * i + 0] = d0[r0 * 64 + 8 * i + 2 * t], acc[4 * i + 1] = d0[r0 * 64 + 8 * i + 2 * t + 1];
+    acc[4 * i + 2] = d0[r1 * 64 + 8 * i + 2 * t], acc[4 * i + 3] = d0[r1 * 64 + 8 * i + 2 * t + 1];
+  }
+  wgmma_fence_operands(acc);
+  wgmma_fence();
+  wgmma_m64n64k16_bf16_rs_first(acc, af, smem_desc_noswizzle(sb, 1024, 128), n16);
+  wgmma_commit_group();
+  wgmma_wait_group<0>();
+  wgmma_fence_operands(acc);
+  store_acc<64>(d, acc);
+}
+
 // x truncated to 10 mantissa bits (toward zero): how the tensor cores read raw f32 bits.
 float tf32_trunc(float x) {
   uint32_t u;
@@ -289,6 +320,51 @@ TEST(WgmmaGpu, Bf16M64N128K16) {
   if (!(e <= 1e-6)) std::printf("[wgmma] with lbo / sbo swapped: rms_rel %g\n", run(true));
   EXPECT_LE(e, 1e-6) << "register or shared-memory layout of wgmma m64n128k16 bf16 differs";
   cudaFree(da), cudaFree(db), cudaFree(dd);
+}
+
+// The WY scan's triangular products: m64n48 / n32 / n16 (and n64) on an m64n64's leading
+// accumulators, against d0 + a b^T there and d0 bit for bit in the other columns.
+TEST(WgmmaGpu, Bf16M64N64K16LeadingColumns) {
+  if (!fastkda_gpu_test::have_gpu()) GTEST_SKIP() << "no CUDA device";
+  std::mt19937_64 rng(fastkda_gpu_test::fresh_seed());
+  std::normal_distribution<float> normal(0.f, 1.f);
+  std::vector<uint16_t> a(64 * 16), b(64 * 16);
+  std::vector<float> d0(64 * 64);
+  for (auto& x : a) x = fastkda::float_to_bf16(normal(rng));
+  for (auto& x : b) x = fastkda::float_to_bf16(normal(rng));
+  for (float& x : d0) x = normal(rng);
+  uint16_t *da = to_device(a), *db = to_device(b);
+  float *dd0 = to_device(d0), *dd = nullptr;
+  ASSERT_EQ(cudaMalloc(&dd, d0.size() * 4), cudaSuccess);
+  for (int n16 = 1; n16 <= 4; ++n16) {
+    std::vector<double> ref(64 * 16 * n16);
+    for (int r = 0; r < 64; ++r)
+      for (int n = 0; n < 16 * n16; ++n) {
+        double acc = d0[r * 64 + n];
+        for (int k = 0; k < 16; ++k)
+          acc +=
+              double(fastkda::bf16_to_float(a[r * 16 + k])) * fastkda::bf16_to_float(b[n * 16 + k]);
+        ref[r * 16 * n16 + n] = acc;
+      }
+    cudaMemset(dd, 0xff, d0.size() * 4);
+    bf16_first_kernel<<<1, 128>>>(da, db, dd0, dd, n16);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<float> d(d0.size()), lead(ref.size());
+    cudaMemcpy(d.data(), dd, d.size() * 4, cudaMemcpyDeviceToHost);
+    int untouched = 0;
+    for (int r = 0; r < 64; ++r)
+      for (int n = 0; n < 64; ++n) {
+        if (n < 16 * n16)
+          lead[r * 16 * n16 + n] = d[r * 64 + n];
+        else
+          untouched += std::memcmp(&d[r * 64 + n], &d0[r * 64 + n], 4) == 0;
+      }
+    const double e = rms_rel(lead, ref);
+    std::printf("[wgmma] bf16 m64n%dk16 on m64n64's leading columns: rms_rel %g\n", 16 * n16, e);
+    EXPECT_LE(e, 1e-6) << "m64n" << 16 * n16 << "k16 on the leading accumulators";
+    EXPECT_EQ(untouched, 64 * (64 - 16 * n16)) << "columns past " << 16 * n16 << " changed";
+  }
+  cudaFree(da), cudaFree(db), cudaFree(dd0), cudaFree(dd);
 }
 
 // The scan's chain: the state as a wgmma accumulator, fed back (rounded by cvt.rn.tf32) as the
