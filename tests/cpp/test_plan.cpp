@@ -291,9 +291,9 @@ TEST(PrefillPlan, KnobsForceThePlan) {
 // would have no effect (the size query raises it before any launch).
 // The 64-token WY pipeline (plan.cu use_wy64): chosen by itself for 24-40 sequences x heads of a
 // fixed-length batch with T in [4096, 65536] (20-40 at T = 4096; session 44's measurements), the
-// bounded gate, bf16 g, HV = H, no knob of the other plans set; never where it
-// cannot run (forcing it there is an error naming the knob and what it needs); forced on, it runs
-// any supported shape.
+// bounded gate, bf16 g, HV = H, no knob of the other plans set; never where it cannot run
+// (forcing it there is an error naming the knob and what it needs); forced on, it runs any
+// supported shape.
 TEST(PrefillPlan, Wy64WhereItRuns) {
   EXPECT_TRUE(plan_of(shape(4096, 32)).wy64);
   EXPECT_TRUE(plan_of(shape(4096, 28)).wy64);

@@ -1296,8 +1296,9 @@ TEST(PrefillGpu, Wy64Invariants) {
   EXPECT_TRUE(a.out.same_bits(b.out)) << p.describe();
   EXPECT_TRUE(a.state.same_bits(b.state)) << p.describe();
   check_graph_capture(wy64_case(2, 256, 2));
-  // The workspace: per (sequence, head, chunk) its image (77312 B) and Tb (11264 B: triangular, s44), then the
-  // ready flags (256-byte rounded) and the counter's 256 bytes.
+  // The workspace: per (sequence, head, chunk) its image (77312 B) and Tb (11264 B; both with
+  // triangular factors since session 44), then the ready flags (256-byte rounded) and the
+  // counter's 256 bytes.
   DeviceBuf out(p.out_elems() * 2);
   const fastkda::ForwardParams f = size_query_params(p, d, out.get());
   const size_t items = 2 * (512 / 64) * 3;
