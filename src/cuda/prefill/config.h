@@ -432,4 +432,8 @@ static_assert(offsetof(RawStage<128>, rk) == offsetof(RawStage<128>, tb) + (kWsF
                   offsetof(RawStage<32>, q) == offsetof(RawStage<32>, tb) + kWsBytes,
               "the workspace record is one contiguous copy into the raw stage");
 
+// The 64-token WY pipeline's workspace per (chunk, sequence, head): its image and Tb (wy64.cuh
+// kImgBytes + kTbBytes, asserted there), for the plan's size limit (plan.cu use_wy64).
+constexpr size_t kWy64ItemBytes = 88576;
+
 }  // namespace fastkda::prefill_cuda

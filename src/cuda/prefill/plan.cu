@@ -450,7 +450,7 @@ bool use_wy64(const ForwardParams& p, int64_t num_seq, int sms, const KnobValues
   for (size_t i = 0; i + 1 < knobs.size(); ++i)  // another plan's knob set: that plan
     if (!knobs[i].empty()) return false;
   const int64_t heads = num_seq * p.H;
-  const double bytes = double(p.B * p.T / 64 * p.H) * 88576.0;  // image + Tb
+  const double bytes = double(p.B * p.T / 64 * p.H) * double(prefill_cuda::kWy64ItemBytes);
   return why == nullptr && heads >= (p.T <= 4096 ? 20 : 24) && heads <= 40 && p.T >= 4096 &&
          p.T <= 65536 && bytes <= kWy64AutoBytes;
 }

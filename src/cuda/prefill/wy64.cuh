@@ -62,6 +62,7 @@ constexpr uint32_t kDecayBytes = 512;
 constexpr uint32_t kKeOff = kPqBytes, kAqOff = kKeOff + kKeBytes, kDecayOff = kAqOff + kAqBytes;
 constexpr uint32_t kImgBytes = kDecayOff + kDecayBytes;
 constexpr uint32_t kTbBytes = 2 * kTriBytes;
+static_assert(kImgBytes + kTbBytes == kWy64ItemBytes, "config.h: the plan's size per item");
 constexpr uint32_t kVBytes = 8192;  // v of a value half: 64 tokens x 128 B, 128-byte swizzle
 
 // The scan CTA's shared memory (two warpgroups, value rows 64 w .. 64 w + 63 each): two stages,
